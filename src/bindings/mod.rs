@@ -1,0 +1,4 @@
+//! pyo3 glue only: Python classes over `client/` and `emulator/`, numpy conversion, GIL
+//! release, signal checks and async bridging. No protocol logic lives here.
+
+pub mod runtime;

@@ -1,0 +1,191 @@
+//! Client configuration: credentials, the base URL and its per-surface version prefixes,
+//! timeouts, retries and extra headers.
+
+use std::time::Duration;
+
+use url::Url;
+
+use super::error::Error;
+use super::retry::RetryPolicy;
+use super::secret::ApiKey;
+
+pub const API_KEY_ENV: &str = "SENSORIUM_API_KEY";
+pub const BASE_URL_ENV: &str = "SENSORIUM_BASE_URL";
+
+/// The version path of every surface but fine-tuning.
+pub const API_VERSION: &str = "v0.5";
+/// Fine-tuning lives under its own version.
+pub const FINE_TUNING_VERSION: &str = "v0.6";
+
+#[derive(Debug, Clone)]
+pub struct Timeouts {
+    /// Establishing a connection.
+    pub connect: Duration,
+    /// One attempt, from sending to the end of the response (`None`: no limit).
+    pub total: Option<Duration>,
+    /// Longest silence while streaming a body up or down; reset whenever bytes move.
+    pub read: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            // /query holds the connection until the model answers; ten minutes matches the
+            // peers' defaults (openai-python) and is overridable per client or call.
+            total: Some(Duration::from_secs(600)),
+            read: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    pub api_key: ApiKey,
+    /// The host root, without any version path, e.g. `https://api.example.com`.
+    pub root: Url,
+    pub timeouts: Timeouts,
+    pub retry: RetryPolicy,
+    pub default_headers: Vec<(String, String)>,
+}
+
+impl ClientConfig {
+    /// Builds a configuration from arguments, falling back to the environment.
+    pub fn resolve(
+        api_key: Option<String>,
+        base_url: Option<String>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, Error> {
+        let api_key = api_key.or_else(|| env(API_KEY_ENV)).filter(|k| !k.trim().is_empty());
+        let base_url = base_url.or_else(|| env(BASE_URL_ENV)).filter(|u| !u.trim().is_empty());
+        let (api_key, base_url) = match (api_key, base_url) {
+            (Some(k), Some(u)) => (k, u),
+            (k, u) => {
+                let mut missing = Vec::new();
+                if k.is_none() {
+                    missing.push(format!(
+                        "an API key (pass api_key=... or set the {API_KEY_ENV} environment variable)"
+                    ));
+                }
+                if u.is_none() {
+                    missing.push(format!(
+                        "a base URL (pass base_url=... or set the {BASE_URL_ENV} environment variable; \
+                         for local work use sensorium.testing.Emulator)"
+                    ));
+                }
+                return Err(Error::Config(format!("sensorium needs {}", missing.join(" and "))));
+            }
+        };
+        Ok(ClientConfig {
+            api_key: ApiKey::new(api_key.trim()),
+            root: root_url(&base_url)?,
+            timeouts: Timeouts::default(),
+            retry: RetryPolicy::default(),
+            default_headers: Vec::new(),
+        })
+    }
+
+    /// `{root}/v0.5`, the base every surface but fine-tuning is relative to.
+    pub fn base_url(&self) -> String {
+        self.versioned(API_VERSION)
+    }
+
+    pub fn versioned(&self, version: &str) -> String {
+        format!("{}/{}", self.root.as_str().trim_end_matches('/'), version)
+    }
+
+    /// The absolute URL of `path` (which starts with `/`) under the default version.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base_url(), path)
+    }
+}
+
+/// Accepts a base URL with or without a version suffix (`/v0.5`, `/v0.6`, `/v1`...) and returns
+/// the root the versions hang off. A bare host gave an empty error in the platform's own
+/// client; here it just works.
+pub fn root_url(base_url: &str) -> Result<Url, Error> {
+    let trimmed = base_url.trim();
+    let mut url = Url::parse(trimmed).map_err(|e| {
+        Error::invalid_argument("base_url", format!("{trimmed:?} is not a valid URL ({e})"))
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(Error::invalid_argument(
+            "base_url",
+            format!("{trimmed:?} must start with http:// or https://"),
+        ));
+    }
+    if url.host_str().is_none() {
+        return Err(Error::invalid_argument("base_url", format!("{trimmed:?} has no host")));
+    }
+    url.set_query(None);
+    url.set_fragment(None);
+    let segments: Vec<String> = url
+        .path_segments()
+        .map(|s| s.filter(|p| !p.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default();
+    let keep: Vec<&String> = match segments.last() {
+        Some(last) if is_version_segment(last) => segments[..segments.len() - 1].iter().collect(),
+        _ => segments.iter().collect(),
+    };
+    let path = keep.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("/");
+    url.set_path(&path);
+    Ok(url)
+}
+
+fn is_version_segment(segment: &str) -> bool {
+    let Some(rest) = segment.strip_prefix('v') else { return false };
+    !rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit() || c == '.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(key: Option<&str>, url: Option<&str>) -> Result<ClientConfig, Error> {
+        ClientConfig::resolve(key.map(String::from), url.map(String::from), |_| None)
+    }
+
+    #[test]
+    fn base_url_with_or_without_version() {
+        for given in [
+            "http://h:1",
+            "http://h:1/",
+            "http://h:1/v0.5",
+            "http://h:1/v0.5/",
+            "http://h:1/v0.6",
+        ] {
+            let cfg = resolve(Some("k"), Some(given)).unwrap();
+            assert_eq!(cfg.base_url(), "http://h:1/v0.5", "{given}");
+            assert_eq!(cfg.versioned(FINE_TUNING_VERSION), "http://h:1/v0.6");
+        }
+        let cfg = resolve(Some("k"), Some("https://h/api/v0.5")).unwrap();
+        assert_eq!(cfg.url("/query"), "https://h/api/v0.5/query");
+    }
+
+    #[test]
+    fn missing_settings_name_both_ways() {
+        let msg = resolve(None, None).unwrap_err().to_string();
+        assert!(msg.contains("api_key") && msg.contains(API_KEY_ENV), "{msg}");
+        assert!(msg.contains("base_url") && msg.contains(BASE_URL_ENV), "{msg}");
+        let msg = resolve(Some("k"), None).unwrap_err().to_string();
+        assert!(!msg.contains(API_KEY_ENV) && msg.contains(BASE_URL_ENV), "{msg}");
+    }
+
+    #[test]
+    fn environment_fills_gaps() {
+        let cfg = ClientConfig::resolve(None, None, |name| match name {
+            API_KEY_ENV => Some("from-env".into()),
+            BASE_URL_ENV => Some("http://e:2/v0.5".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(cfg.api_key.expose(), "from-env");
+        assert_eq!(cfg.base_url(), "http://e:2/v0.5");
+    }
+
+    #[test]
+    fn rejects_bad_urls() {
+        assert!(resolve(Some("k"), Some("ftp://h")).is_err());
+        assert!(resolve(Some("k"), Some("not a url")).is_err());
+    }
+}

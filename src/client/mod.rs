@@ -1,0 +1,13 @@
+//! The client, in pure Rust (no pyo3): configuration, transport, retries, errors, pagination
+//! and one module per surface.
+
+pub mod config;
+pub mod error;
+pub mod error_body;
+pub mod retry;
+pub mod secret;
+pub mod transport;
+
+pub use config::ClientConfig;
+pub use error::{ApiError, Error};
+pub use transport::{Call, RequestBody, Transport};

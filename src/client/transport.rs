@@ -1,0 +1,294 @@
+//! Sends requests: authentication, timeouts, the retry loop and error-body parsing. Every
+//! surface goes through `Transport::execute`.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::{Method, Response};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::io::ReaderStream;
+
+use super::config::ClientConfig;
+use super::error::{ApiError, Error};
+use super::error_body::parse_error_entries;
+use super::retry::parse_retry_after;
+
+/// Sent with every attempt so servers (and the emulator's request log) can tell retries apart.
+pub const RETRY_COUNT_HEADER: &str = "x-sensorium-retry-count";
+pub const USER_AGENT: &str = concat!("sensorium-python/", env!("CARGO_PKG_VERSION"));
+
+/// A request body that can be produced again for every attempt: a body streamed from a file is
+/// re-read from its start on retry, never buffered whole.
+#[derive(Debug, Clone)]
+pub enum RequestBody {
+    Empty,
+    Json(Bytes),
+    /// A multipart form with one file field, streamed from disk.
+    MultipartFile { field: String, path: PathBuf, file_name: String, mime: String, len: u64 },
+    /// A multipart form with one field whose content is in memory.
+    MultipartBytes { field: String, file_name: String, mime: String, data: Bytes },
+}
+
+/// One logical call; `execute` may send it several times.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: Method,
+    /// Absolute URL.
+    pub url: String,
+    pub query: Vec<(String, String)>,
+    pub body: RequestBody,
+    /// Bodies that move many bytes are bounded by the stall timeout instead of the
+    /// per-attempt deadline, so a long transfer is not cut while it makes progress.
+    pub streaming: bool,
+}
+
+impl Call {
+    pub fn new(method: Method, url: String) -> Self {
+        Call { method, url, query: Vec::new(), body: RequestBody::Empty, streaming: false }
+    }
+
+    pub fn get(url: String) -> Self {
+        Call::new(Method::GET, url)
+    }
+
+    pub fn post_json(url: String, body: Bytes) -> Self {
+        Call { body: RequestBody::Json(body), ..Call::new(Method::POST, url) }
+    }
+
+    pub fn query_param(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.query.push((name.to_string(), value.into()));
+        self
+    }
+}
+
+#[derive(Clone)]
+pub struct Transport {
+    http: reqwest::Client,
+    pub config: Arc<ClientConfig>,
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport").field("base_url", &self.config.base_url()).finish()
+    }
+}
+
+impl Transport {
+    pub fn new(config: ClientConfig) -> Result<Self, Error> {
+        let http = build_http_client(&config)?;
+        Ok(Transport { http, config: Arc::new(config) })
+    }
+
+    /// A copy with another configuration that shares the connection pool, unless the
+    /// connect timeout changed (it is a property of the pool).
+    pub fn with_config(&self, config: ClientConfig) -> Result<Self, Error> {
+        let http = if config.timeouts.connect == self.config.timeouts.connect {
+            self.http.clone()
+        } else {
+            build_http_client(&config)?
+        };
+        Ok(Transport { http, config: Arc::new(config) })
+    }
+
+    /// Sends `call` under the retry rule and hands each 2xx response to `read`. A failure of
+    /// `read` that is retryable (a body cut off mid-way) is retried like a failed send.
+    pub async fn execute<T, F, Fut>(&self, call: &Call, read: F) -> Result<T, Error>
+    where
+        F: Fn(Response) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let policy = &self.config.retry;
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            log::debug!("{} {} attempt {}", call.method, call.url, attempt);
+            let outcome = match self.send_once(call, attempt).await {
+                Ok(response) => read(response).await,
+                Err(err) => Err(err),
+            };
+            match outcome {
+                Ok(value) => return Ok(value),
+                Err(err) if err.is_retryable() && attempt <= policy.max_retries => {
+                    let delay = policy.delay(attempt, err.retry_after());
+                    log::debug!(
+                        "{} {} attempt {} failed ({}); retrying in {:.3}s",
+                        call.method,
+                        call.url,
+                        attempt,
+                        err,
+                        delay.as_secs_f64()
+                    );
+                    tokio::time::sleep(delay).await;
+                }
+                Err(err) => {
+                    log::debug!("{} {} attempt {} failed: {}", call.method, call.url, attempt, err);
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    /// `execute` with the body parsed as JSON into `T`.
+    pub async fn json<T: DeserializeOwned>(&self, call: &Call) -> Result<T, Error> {
+        self.execute(call, |response| async move {
+            let url = response.url().to_string();
+            let body = read_body(response).await?;
+            decode_json(&url, &body)
+        })
+        .await
+    }
+
+    async fn send_once(&self, call: &Call, attempt: u32) -> Result<Response, Error> {
+        let cfg = &self.config;
+        let mut request = self
+            .http
+            .request(call.method.clone(), &call.url)
+            .headers(self.headers(attempt)?);
+        if !call.query.is_empty() {
+            request = request.query(&call.query);
+        }
+        if !call.streaming {
+            if let Some(total) = cfg.timeouts.total {
+                request = request.timeout(total);
+            }
+        }
+        request = match &call.body {
+            RequestBody::Empty => request,
+            RequestBody::Json(bytes) => request
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .body(bytes.clone()),
+            RequestBody::MultipartFile { field, path, file_name, mime, len } => {
+                let file = tokio::fs::File::open(path)
+                    .await
+                    .map_err(|e| Error::io(path.display(), e))?;
+                let stream = reqwest::Body::wrap_stream(ReaderStream::with_capacity(file, 256 * 1024));
+                let part = reqwest::multipart::Part::stream_with_length(stream, *len)
+                    .file_name(file_name.clone())
+                    .mime_str(mime)
+                    .map_err(|e| Error::invalid_argument("file", format!("bad content type {mime:?}: {e}")))?;
+                request.multipart(reqwest::multipart::Form::new().part(field.clone(), part))
+            }
+            RequestBody::MultipartBytes { field, file_name, mime, data } => {
+                let part = reqwest::multipart::Part::stream_with_length(
+                    reqwest::Body::from(data.clone()),
+                    data.len() as u64,
+                )
+                .file_name(file_name.clone())
+                .mime_str(mime)
+                .map_err(|e| Error::invalid_argument("file", format!("bad content type {mime:?}: {e}")))?;
+                request.multipart(reqwest::multipart::Form::new().part(field.clone(), part))
+            }
+        };
+        let response = request.send().await.map_err(|e| self.send_error(call, e))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        Err(Error::Api(self.api_error(call, response).await))
+    }
+
+    fn headers(&self, attempt: u32) -> Result<HeaderMap, Error> {
+        let mut headers = HeaderMap::new();
+        let mut auth = HeaderValue::from_str(&format!("Bearer {}", self.config.api_key.expose()))
+            .map_err(|_| Error::invalid_argument("api_key", "contains characters not allowed in an HTTP header"))?;
+        auth.set_sensitive(true);
+        headers.insert(AUTHORIZATION, auth);
+        headers.insert(
+            HeaderName::from_static(RETRY_COUNT_HEADER),
+            HeaderValue::from(attempt.saturating_sub(1)),
+        );
+        for (name, value) in &self.config.default_headers {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                Error::invalid_argument("default_headers", format!("{name:?} is not a valid header name"))
+            })?;
+            let value = HeaderValue::from_str(value).map_err(|_| {
+                Error::invalid_argument("default_headers", format!("the value of {name} is not a valid header value"))
+            })?;
+            headers.insert(name, value);
+        }
+        Ok(headers)
+    }
+
+    fn send_error(&self, call: &Call, err: reqwest::Error) -> Error {
+        let detail = error_chain(&err);
+        if err.is_timeout() {
+            Error::Timeout { message: format!("{} {}: {}", call.method, call.url, detail) }
+        } else if err.is_builder() {
+            Error::invalid_argument("base_url", format!("cannot build a request to {}: {}", call.url, detail))
+        } else {
+            Error::Connection { message: format!("{} {}: {}", call.method, call.url, detail) }
+        }
+    }
+
+    async fn api_error(&self, call: &Call, response: Response) -> ApiError {
+        let status = response.status().as_u16();
+        let retry_after = parse_retry_after(response.headers());
+        let raw = match read_body(response).await {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(err) => format!("(error body unreadable: {err})"),
+        };
+        // Some bodies echo the caller's key (lens session records); keep it out of exceptions.
+        let raw = self.config.api_key.redact_in(&raw);
+        let json: Option<Value> = serde_json::from_str(&raw).ok();
+        let errors = parse_error_entries(json.as_ref(), &raw);
+        ApiError {
+            status,
+            method: call.method.to_string(),
+            url: call.url.clone(),
+            errors,
+            body: raw,
+            json,
+            retry_after,
+        }
+    }
+}
+
+fn build_http_client(config: &ClientConfig) -> Result<reqwest::Client, Error> {
+    reqwest::Client::builder()
+        .user_agent(USER_AGENT)
+        .connect_timeout(config.timeouts.connect)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .tcp_nodelay(true)
+        .build()
+        .map_err(|e| Error::Config(format!("could not set up the HTTP client: {}", error_chain(&e))))
+}
+
+/// Reads a whole body, turning a cut-off body into a retryable connection error.
+pub async fn read_body(response: Response) -> Result<Bytes, Error> {
+    let url = response.url().to_string();
+    response.bytes().await.map_err(|e| {
+        if e.is_timeout() {
+            Error::Timeout { message: format!("reading the response from {url}: {}", error_chain(&e)) }
+        } else {
+            Error::Connection { message: format!("reading the response from {url}: {}", error_chain(&e)) }
+        }
+    })
+}
+
+pub fn decode_json<T: DeserializeOwned>(url: &str, body: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(body).map_err(|e| Error::Decode {
+        url: url.to_string(),
+        message: e.to_string(),
+        body: String::from_utf8_lossy(&body[..body.len().min(2000)]).into_owned(),
+    })
+}
+
+/// `err` and its sources on one line: reqwest's top-level message alone ("error sending
+/// request") hides the cause the user needs (connection refused, reset...).
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
