@@ -10,5 +10,11 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<bindings::client::CoreClient>()?;
+    m.add_class::<bindings::results::QueryResult>()?;
+    m.add_class::<bindings::results::Embeddings>()?;
+    m.add_class::<bindings::results::NumericEvent>()?;
+    m.add_function(wrap_pyfunction!(bindings::logging::reset_logging, m)?)?;
+    bindings::logging::install(m.py());
     Ok(())
 }

@@ -1,4 +1,10 @@
 //! pyo3 glue only: Python classes over `client/` and `emulator/`, numpy conversion, GIL
 //! release, signal checks and async bridging. No protocol logic lives here.
 
+pub mod client;
+pub mod convert;
+pub mod logging;
+pub mod errors;
+pub mod numeric;
+pub mod results;
 pub mod runtime;

@@ -11,3 +11,8 @@ pub mod transport;
 pub use config::ClientConfig;
 pub use error::{ApiError, Error};
 pub use transport::{Call, RequestBody, Transport};
+
+pub mod files;
+pub mod models;
+pub mod pagination;
+pub mod query;

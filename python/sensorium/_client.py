@@ -1,0 +1,209 @@
+"""`Client` and `AsyncClient`: the same surface, blocking and asyncio."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+from . import _core
+from ._numeric import as_channels
+from ._options import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    NOT_GIVEN,
+    ClosedCore,
+    NotGiven,
+    Options,
+    headers,
+)
+from .resources import AsyncFiles, AsyncModels, Files, Models
+from .types import Embeddings, QueryResult
+
+if TYPE_CHECKING:
+    from typing_extensions import Self, Unpack
+
+    from .types import QueryParams
+
+__all__ = ["Client", "AsyncClient"]
+
+
+class _BaseClient:
+    _core: Any
+    _options: Options
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        default_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self._options = Options(timeout, connect_timeout, read_timeout, max_retries, headers(default_headers))
+        self._core = self._options.core(api_key, base_url)
+        self._bind_resources()
+
+    def _bind_resources(self) -> None:
+        raise NotImplementedError
+
+    def _copy(self, changes: dict[str, Any]) -> Self:
+        clone = object.__new__(type(self))
+        clone._options, clone._core = self._options.derive(self._core, changes)
+        clone._bind_resources()
+        return clone
+
+    @property
+    def base_url(self) -> str:
+        """The versioned base URL every call goes to (``.../v0.5``)."""
+        url: str = self._core.base_url
+        return url
+
+    @property
+    def timeout(self) -> float | None:
+        return self._options.timeout
+
+    @property
+    def max_retries(self) -> int:
+        return self._options.max_retries
+
+    def __repr__(self) -> str:
+        if isinstance(self._core, ClosedCore):
+            return f"{type(self).__name__}(closed)"
+        return f"{type(self).__name__}(base_url={self.base_url!r})"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"{type(self).__name__} cannot be pickled: it holds an API key. Create a client in the other "
+            "process instead (the constructor reads SENSORIUM_API_KEY and SENSORIUM_BASE_URL)."
+        )
+
+
+def _embed_args(data: Any, normalize_input: bool) -> tuple[Any, bool]:
+    return as_channels(data, "data"), bool(normalize_input)
+
+
+class Client(_BaseClient):
+    """The blocking client.
+
+    ``api_key`` and ``base_url`` default to ``SENSORIUM_API_KEY`` and ``SENSORIUM_BASE_URL``; the base
+    URL may be given with or without its version path. ``timeout`` bounds one attempt (None: no
+    limit), ``read_timeout`` a stall while streaming, and failed attempts (429, 5xx, connection
+    errors) are retried up to ``max_retries`` times with backoff.
+
+    >>> import sensorium
+    >>> with sensorium.Client() as client:                              # doctest: +SKIP
+    ...     print(client.query("Reasoner::c2_4_7b_251215a172f6d7", "Hello?").text)
+    """
+
+    files: Files
+    models: Models
+
+    def _bind_resources(self) -> None:
+        self.files = Files(self)
+        self.models = Models(self)
+
+    def with_options(
+        self,
+        *,
+        timeout: float | None | NotGiven = NOT_GIVEN,
+        connect_timeout: float | NotGiven = NOT_GIVEN,
+        read_timeout: float | NotGiven = NOT_GIVEN,
+        max_retries: int | NotGiven = NOT_GIVEN,
+        default_headers: Mapping[str, str] | NotGiven = NOT_GIVEN,
+    ) -> Client:
+        """A copy with other options, sharing this client's connections.
+
+        >>> client.with_options(timeout=5, max_retries=0).query(...)  # doctest: +SKIP
+        """
+        return self._copy(dict(timeout=timeout, connect_timeout=connect_timeout, read_timeout=read_timeout,
+                               max_retries=max_retries, default_headers=default_headers))
+
+    def query(self, model: str, query: str = "", **params: Unpack[QueryParams]) -> QueryResult:
+        """Runs one query (``POST /query``) and returns its result. Only the fields you pass are sent.
+
+        >>> r = client.query("Reasoner::c2_4_7b_251215a172f6d7", "Summarise the notes.",  # doctest: +SKIP
+        ...                  file_ids=["notes.txt"], max_new_tokens=64)
+        >>> r.text                                                                          # doctest: +SKIP
+        """
+        result: QueryResult = self._core.query(model, query, params, False)
+        return result
+
+    def embed(self, model: str, data: Any, *, normalize_input: bool = False) -> Embeddings:
+        """Encodes a numeric window with an encoder model. ``data`` is a numpy array shaped
+        (channels, window) or (window,), a list of 1-D arrays, or a pandas DataFrame shaped (time,
+        channels). Returns ``Embeddings`` whose ``.vectors`` is float32 (channels, 768).
+
+        >>> import numpy as np
+        >>> client.embed("Encoder::encoder_embeddings_01", np.random.rand(3, 1024)).vectors.shape  # doctest: +SKIP
+        (3, 768)
+        """
+        array, normalize = _embed_args(data, normalize_input)
+        result: Embeddings = self._core.embed(model, array, normalize, {}, False)
+        return result
+
+    def close(self) -> None:
+        """Releases this client's hold on its connections; later calls raise."""
+        self._core = ClosedCore()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient(_BaseClient):
+    """The asyncio client: the surface of :class:`Client`, with awaitables on the running loop.
+
+    >>> async with sensorium.AsyncClient() as client:                     # doctest: +SKIP
+    ...     r = await client.query("Reasoner::c2_4_7b_251215a172f6d7", "Hello?")
+    """
+
+    files: AsyncFiles
+    models: AsyncModels
+
+    def _bind_resources(self) -> None:
+        self.files = AsyncFiles(self)
+        self.models = AsyncModels(self)
+
+    def with_options(
+        self,
+        *,
+        timeout: float | None | NotGiven = NOT_GIVEN,
+        connect_timeout: float | NotGiven = NOT_GIVEN,
+        read_timeout: float | NotGiven = NOT_GIVEN,
+        max_retries: int | NotGiven = NOT_GIVEN,
+        default_headers: Mapping[str, str] | NotGiven = NOT_GIVEN,
+    ) -> AsyncClient:
+        """See :meth:`Client.with_options`."""
+        return self._copy(dict(timeout=timeout, connect_timeout=connect_timeout, read_timeout=read_timeout,
+                               max_retries=max_retries, default_headers=default_headers))
+
+    async def query(self, model: str, query: str = "", **params: Unpack[QueryParams]) -> QueryResult:
+        """See :meth:`Client.query`."""
+        result: QueryResult = await self._core.query(model, query, params, True)
+        return result
+
+    async def embed(self, model: str, data: Any, *, normalize_input: bool = False) -> Embeddings:
+        """See :meth:`Client.embed`."""
+        array, normalize = _embed_args(data, normalize_input)
+        result: Embeddings = await self._core.embed(model, array, normalize, {}, True)
+        return result
+
+    def close(self) -> None:
+        """Releases this client's hold on its connections; later calls raise."""
+        self._core = ClosedCore()
+
+    async def aclose(self) -> None:
+        """Same as :meth:`close`, for ``async with``."""
+        self.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()

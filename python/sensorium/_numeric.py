@@ -1,0 +1,60 @@
+"""Turns the array-likes users hold into a numpy array shaped (channels, window)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+
+
+def as_channels(data: Any, argument: str = "data") -> Any:
+    """Returns an ndarray the native core can serialise.
+
+    * numpy arrays pass through (1-D is one channel, 2-D is (channels, window));
+    * a pandas DataFrame is (time, channels) and is transposed to channel-first;
+    * a pandas Series is one channel;
+    * a list or tuple of 1-D arrays is stacked, one channel each.
+    """
+    if isinstance(data, np.ndarray):
+        return data
+    kind = type(data).__name__
+    module = type(data).__module__
+    if module.startswith("pandas") and kind == "DataFrame":
+        bad = [str(c) for c, dt in data.dtypes.items() if not (dt.kind in "iuf")]
+        if bad:
+            raise InvalidArgumentError(
+                f"{argument}: DataFrame columns {', '.join(bad)} are not numeric; select the numeric "
+                "columns (the DataFrame is read as (time, channels))",
+                argument=argument,
+            )
+        return data.to_numpy().T
+    if module.startswith("pandas") and kind == "Series":
+        return data.to_numpy()
+    if isinstance(data, (list, tuple)):
+        if len(data) == 0:
+            raise InvalidArgumentError(f"{argument}: is empty; give at least one channel", argument=argument)
+        if all(np.ndim(ch) == 0 for ch in data):
+            return np.asarray(data)  # one channel given as a list of numbers
+        channels = [np.asarray(ch) for ch in data]
+        for i, ch in enumerate(channels):
+            if ch.ndim != 1:
+                raise InvalidArgumentError(
+                    f"{argument}: channel {i} has shape {ch.shape}; a list of channels takes 1-D arrays",
+                    argument=argument,
+                )
+        lengths = {len(ch) for ch in channels}
+        if len(lengths) > 1:
+            raise InvalidArgumentError(
+                f"{argument}: channels have different lengths {sorted(lengths)}; every channel of a window "
+                "needs the same number of points",
+                argument=argument,
+            )
+        return np.stack(channels)
+    if hasattr(data, "__array__"):
+        return np.asarray(data)
+    raise InvalidArgumentError(
+        f"{argument}: expected a numpy array, a list of 1-D arrays or a pandas DataFrame, got {kind}",
+        argument=argument,
+    )

@@ -1,0 +1,66 @@
+"""Client options shared by `Client` and `AsyncClient`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Protocol
+
+from . import _core
+
+DEFAULT_TIMEOUT = 600.0
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_READ_TIMEOUT = 60.0
+DEFAULT_MAX_RETRIES = 2
+
+
+class NotGiven:
+    """Marks an option left unchanged by ``with_options`` (``None`` is a real value there)."""
+
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN = NotGiven()
+
+
+@dataclass(frozen=True)
+class Options:
+    timeout: float | None = DEFAULT_TIMEOUT
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    max_retries: int = DEFAULT_MAX_RETRIES
+    default_headers: tuple[tuple[str, str], ...] = ()
+
+    def core(self, api_key: str | None, base_url: str | None) -> _core.CoreClient:
+        _core.reset_logging()
+        return _core.CoreClient(
+            api_key, base_url, self.timeout, self.connect_timeout, self.read_timeout, self.max_retries,
+            list(self.default_headers),
+        )
+
+    def derive(self, core: _core.CoreClient, changes: dict[str, Any]) -> tuple[Options, _core.CoreClient]:
+        given = {k: v for k, v in changes.items() if not isinstance(v, NotGiven)}
+        if "default_headers" in given:
+            given["default_headers"] = headers(given["default_headers"])
+        options = replace(self, **given)
+        return options, core.with_options(
+            options.timeout, options.connect_timeout, options.read_timeout, options.max_retries,
+            list(options.default_headers),
+        )
+
+
+def headers(mapping: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
+    return tuple((str(k), str(v)) for k, v in (mapping or {}).items())
+
+
+class HasCore(Protocol):
+    """What resources need of their client: the native core (replaced when the client closes)."""
+
+    _core: Any
+
+
+class ClosedCore:
+    """Stands in for the native core after ``close()``: any call says the client is closed."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError("this sensorium client is closed; create a new one (or use with_options on an open one)")

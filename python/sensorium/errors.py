@@ -1,0 +1,251 @@
+"""The exceptions sensorium raises.
+
+Every exception derives from :class:`SensoriumError`. Answers from the platform with a non-2xx
+status raise an :class:`APIStatusError` subclass chosen by status; failures to get an answer
+raise :class:`APIConnectionError` (or its subclass :class:`APITimeoutError`).
+
+Example::
+
+    import sensorium
+    from sensorium.errors import NotFoundError, RateLimitError
+
+    try:
+        client.files.metadata("missing.txt")
+    except NotFoundError as e:
+        print(e.code, e.message, e.error_uid)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "SensoriumError",
+    "ConfigurationError",
+    "InvalidArgumentError",
+    "APIError",
+    "APIStatusError",
+    "BadRequestError",
+    "AuthenticationError",
+    "PermissionDeniedError",
+    "NotFoundError",
+    "ConflictError",
+    "PayloadTooLargeError",
+    "UnprocessableEntityError",
+    "RateLimitError",
+    "InternalServerError",
+    "GatewayTimeoutError",
+    "APIConnectionError",
+    "APITimeoutError",
+    "APIResponseValidationError",
+    "QueryFailedError",
+    "TransferError",
+    "ErrorDetail",
+]
+
+
+class SensoriumError(Exception):
+    """Root of every exception sensorium raises."""
+
+
+class ConfigurationError(SensoriumError, ValueError):
+    """The client is missing its API key or base URL, or they are malformed."""
+
+
+class InvalidArgumentError(SensoriumError, ValueError):
+    """An argument was wrong; nothing was sent. ``argument`` names it."""
+
+    def __init__(self, message: str, *, argument: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+@dataclass(frozen=True)
+class ErrorDetail:
+    """One entry of the platform's error list."""
+
+    code: str | None = None
+    message: str | None = None
+    suggestion: str | None = None
+    error_uid: str | None = None
+
+
+class APIError(SensoriumError):
+    """Something went wrong talking to the platform."""
+
+    message: str
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class APIStatusError(APIError):
+    """The platform answered with a non-2xx status.
+
+    ``errors`` keeps every entry of the body (the envelope may hold several); ``code``,
+    ``suggestion`` and ``error_uid`` come from the first entry that has them. ``body`` is the
+    raw text and ``json`` the parsed body, whatever its shape.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        errors: list[ErrorDetail] | None = None,
+        body: str = "",
+        json: Any = None,
+        method: str = "",
+        url: str = "",
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.errors: list[ErrorDetail] = list(errors or [])
+        self.body = body
+        self.json = json
+        self.method = method
+        self.url = url
+        self.retry_after = retry_after
+
+    @property
+    def status_code(self) -> int:
+        """Alias of ``status``."""
+        return self.status
+
+    @property
+    def code(self) -> str | None:
+        return next((e.code for e in self.errors if e.code), None)
+
+    @property
+    def suggestion(self) -> str | None:
+        return next((e.suggestion for e in self.errors if e.suggestion), None)
+
+    @property
+    def error_uid(self) -> str | None:
+        return next((e.error_uid for e in self.errors if e.error_uid), None)
+
+    def has_code(self, code: str) -> bool:
+        """Whether any entry carries ``code`` (case-insensitive: legacy codes are uppercase)."""
+        wanted = code.lower()
+        return any(e.code is not None and e.code.lower() == wanted for e in self.errors)
+
+    def __reduce__(self) -> Any:
+        return (
+            _rebuild_status_error,
+            (type(self), self.message, self.status, self.errors, self.body, self.json,
+             self.method, self.url, self.retry_after),
+        )
+
+
+def _rebuild_status_error(cls: type[APIStatusError], message: str, status: int, errors: list[ErrorDetail],
+                          body: str, json: Any, method: str, url: str, retry_after: float | None) -> APIStatusError:
+    return cls(message, status=status, errors=errors, body=body, json=json, method=method, url=url,
+               retry_after=retry_after)
+
+
+class BadRequestError(APIStatusError):
+    """400."""
+
+
+class AuthenticationError(APIStatusError):
+    """401: missing or invalid API key."""
+
+
+class PermissionDeniedError(APIStatusError):
+    """403."""
+
+
+class NotFoundError(APIStatusError):
+    """404."""
+
+
+class ConflictError(APIStatusError):
+    """409: e.g. a file with that name exists, or a state conflict."""
+
+
+class PayloadTooLargeError(APIStatusError):
+    """413."""
+
+
+class UnprocessableEntityError(APIStatusError):
+    """422."""
+
+
+class RateLimitError(APIStatusError):
+    """429 (retried automatically before it is raised)."""
+
+
+class InternalServerError(APIStatusError):
+    """5xx (500, 502 and 503 are retried automatically before they are raised)."""
+
+
+class GatewayTimeoutError(InternalServerError):
+    """504: the gateway gave up, e.g. ``/query`` ran past ``max_wait_time_sec``."""
+
+
+class APIConnectionError(APIError):
+    """No answer: connection refused or reset, DNS or TLS failure, a body cut off."""
+
+
+class APITimeoutError(APIConnectionError):
+    """A timeout fired: connecting, the per-attempt deadline, or a stalled transfer."""
+
+
+class APIResponseValidationError(APIError):
+    """A 2xx answer whose body is not what the platform documents."""
+
+    def __init__(self, message: str, *, body: str = "") -> None:
+        super().__init__(message)
+        self.body = body
+
+
+class QueryFailedError(APIError):
+    """``/query`` answered 200 with ``status: "failed"``: the worker returned an error."""
+
+    def __init__(self, message: str, *, query_id: str = "", error_msg: str = "", response: Any = None) -> None:
+        super().__init__(message)
+        self.query_id = query_id
+        self.error_msg = error_msg
+        self.response = response
+
+
+class TransferError(APIError):
+    """An upload or download stopped part-way. ``resumable`` says whether calling again continues it."""
+
+    def __init__(self, message: str, *, resumable: bool = False) -> None:
+        super().__init__(message)
+        self.resumable = resumable
+
+
+_BY_STATUS: dict[int, type[APIStatusError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    409: ConflictError,
+    413: PayloadTooLargeError,
+    422: UnprocessableEntityError,
+    429: RateLimitError,
+    504: GatewayTimeoutError,
+}
+
+
+def _api_error(
+    message: str,
+    *,
+    status: int,
+    errors: list[dict[str, Any]],
+    body: str,
+    json: Any,
+    method: str,
+    url: str,
+    retry_after: float | None,
+) -> APIStatusError:
+    """Called by the native core to build the exception for a non-2xx answer."""
+    cls = _BY_STATUS.get(status) or (InternalServerError if status >= 500 else APIStatusError)
+    details = [ErrorDetail(**e) for e in errors]
+    return cls(message, status=status, errors=details, body=body, json=json, method=method, url=url,
+               retry_after=retry_after)

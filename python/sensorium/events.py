@@ -1,0 +1,111 @@
+"""Builders for the inline data events of ``client.query(..., events=[...])``.
+
+Example::
+
+    from sensorium import events
+
+    client.query(
+        "Reasoner::c2_4_7b_251215a172f6d7",
+        "What happened on the line?",
+        events=[events.text("Shift log: belt stopped twice."), events.json({"line": 3})],
+    )
+"""
+
+from __future__ import annotations
+
+import base64
+import json as _json
+import os
+from typing import Any, Sequence, Union
+
+from . import _core
+from ._numeric import as_channels
+from .errors import InvalidArgumentError
+
+__all__ = ["text", "json", "image", "images", "numeric", "Event", "NumericEvent"]
+
+NumericEvent = _core.NumericEvent
+Event = Union[dict[str, Any], "_core.NumericEvent"]
+ImageSource = Union[str, "os.PathLike[str]", bytes]
+
+_IMAGE_TYPES = {b"\x89PNG": "image/png", b"\xff\xd8\xff": "image/jpeg"}
+
+
+def text(contents: str) -> dict[str, Any]:
+    """A ``data.text`` event.
+
+    >>> text("belt stopped at 10:02")["type"]
+    'data.text'
+    """
+    if not isinstance(contents, str):
+        raise InvalidArgumentError(f"contents: must be a str, got {type(contents).__name__}", argument="contents")
+    return {"type": "data.text", "event_data": {"contents": contents}}
+
+
+def json(obj: Any) -> dict[str, Any]:
+    """A ``data.json`` event. ``obj`` is serialised to a string, as the platform requires.
+
+    >>> json({"line": 3})["event_data"]["contents"]
+    '{"line": 3}'
+    """
+    try:
+        contents = _json.dumps(obj, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError(f"obj: cannot be serialised to JSON ({e})", argument="obj") from None
+    return {"type": "data.json", "event_data": {"contents": contents}}
+
+
+def _image_bytes(source: ImageSource, argument: str) -> tuple[bytes, str | None]:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+    elif isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as f:
+            data = f.read()
+    else:
+        raise InvalidArgumentError(
+            f"{argument}: expected a path or bytes, got {type(source).__name__}", argument=argument
+        )
+    if not data:
+        raise InvalidArgumentError(f"{argument}: the image is empty", argument=argument)
+    mime = next((m for magic, m in _IMAGE_TYPES.items() if data.startswith(magic)), None)
+    return data, mime
+
+
+def image(source: ImageSource) -> dict[str, Any]:
+    """A ``data.base64_img`` event from a path or the image's bytes (PNG or JPEG).
+
+    >>> image(open("frame.png", "rb").read())["type"]  # doctest: +SKIP
+    'data.base64_img'
+    """
+    data, mime = _image_bytes(source, "source")
+    event_data: dict[str, Any] = {"contents": base64.b64encode(data).decode("ascii")}
+    if mime:
+        event_data["mime_type"] = mime
+    return {"type": "data.base64_img", "event_data": event_data}
+
+
+def images(sources: Sequence[ImageSource]) -> dict[str, Any]:
+    """A ``data.base64_img_array`` event: several images (frames) in one event.
+
+    >>> images(["f0.png", "f1.png"])["type"]  # doctest: +SKIP
+    'data.base64_img_array'
+    """
+    if isinstance(sources, (str, bytes)) or not sources:
+        raise InvalidArgumentError("sources: expected a non-empty list of paths or bytes", argument="sources")
+    encoded = [
+        base64.b64encode(_image_bytes(s, f"sources[{i}]")[0]).decode("ascii") for i, s in enumerate(sources)
+    ]
+    return {"type": "data.base64_img_array", "event_data": {"contents": encoded}}
+
+
+def numeric(array: Any) -> _core.NumericEvent:
+    """A ``data.numeric_array`` event from a window shaped (channels, window) or (window,).
+
+    Takes a numpy array of any real dtype, a list of 1-D arrays, or a pandas DataFrame shaped
+    (time, channels), which is transposed. The values are written to JSON in Rust.
+
+    >>> import numpy as np
+    >>> numeric(np.zeros((3, 100)))
+    NumericEvent(channels=3, window=100)
+    """
+    return _core.NumericEvent(as_channels(array, "array"))

@@ -1,0 +1,88 @@
+"""Lazy iterators over cursor-paginated lists.
+
+Example::
+
+    for record in client.files.list():          # fetches pages as you go
+        print(record.file_id)
+
+    pager = client.files.list(limit=50)
+    page = pager.first_page()                    # page by hand
+    print(page.has_more, page.next_cursor)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, Generic, Iterator, TypeVar
+
+T = TypeVar("T")
+
+__all__ = ["Page", "SyncPager", "AsyncPager"]
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a list: its items, and the cursor of the next page when there is one."""
+
+    data: list[T]
+    has_more: bool
+    next_cursor: str | None
+    prev_cursor: str | None = None
+
+    @classmethod
+    def from_raw(cls, raw: dict[str, Any], convert: Callable[[dict[str, Any]], T]) -> Page[T]:
+        return cls(
+            data=[convert(item) for item in raw["data"]],
+            has_more=bool(raw.get("has_more")),
+            next_cursor=raw.get("next_cursor"),
+            prev_cursor=raw.get("prev_cursor"),
+        )
+
+
+class SyncPager(Generic[T]):
+    """Iterates every item of a list, fetching the next page only when needed."""
+
+    def __init__(self, fetch: Callable[[str | None], Page[T]], cursor: str | None = None) -> None:
+        self._fetch = fetch
+        self._cursor = cursor
+
+    def first_page(self) -> Page[T]:
+        return self._fetch(self._cursor)
+
+    def pages(self) -> Iterator[Page[T]]:
+        cursor = self._cursor
+        while True:
+            page = self._fetch(cursor)
+            yield page
+            if not page.has_more or not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    def __iter__(self) -> Iterator[T]:
+        for page in self.pages():
+            yield from page.data
+
+
+class AsyncPager(Generic[T]):
+    """``async for`` over every item of a list, fetching pages lazily."""
+
+    def __init__(self, fetch: Callable[[str | None], Awaitable[Page[T]]], cursor: str | None = None) -> None:
+        self._fetch = fetch
+        self._cursor = cursor
+
+    async def first_page(self) -> Page[T]:
+        return await self._fetch(self._cursor)
+
+    async def pages(self) -> AsyncIterator[Page[T]]:
+        cursor = self._cursor
+        while True:
+            page = await self._fetch(cursor)
+            yield page
+            if not page.has_more or not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    async def __aiter__(self) -> AsyncIterator[T]:
+        async for page in self.pages():
+            for item in page.data:
+                yield item

@@ -1,0 +1,196 @@
+"""``client.files``: upload, list, read, download and delete your organization's files."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence, Union
+
+from ..errors import InvalidArgumentError
+from ..pagination import AsyncPager, Page, SyncPager
+from ..types import FileRecord
+
+if TYPE_CHECKING:
+    from .._options import HasCore
+
+StrPath = Union[str, "os.PathLike[str]"]
+
+__all__ = ["Files", "AsyncFiles"]
+
+
+def _content(data: bytes | bytearray | memoryview | str) -> bytes:
+    if isinstance(data, str):
+        try:
+            return base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidArgumentError(
+                "data: a str is taken as base64 text and this one is not valid base64; pass the raw "
+                "content as bytes instead",
+                argument="data",
+            ) from None
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise InvalidArgumentError(f"data: expected bytes or base64 str, got {type(data).__name__}", argument="data")
+
+
+def _file_types(file_type: str | Sequence[str] | None) -> list[str]:
+    if file_type is None:
+        return []
+    if isinstance(file_type, str):
+        return [t for t in file_type.split(",")]
+    return [str(t) for t in file_type]
+
+
+def _target(file_id: str, path: StrPath) -> Path:
+    target = Path(path)
+    return target / file_id if target.is_dir() else target
+
+
+def _page(raw: dict[str, Any]) -> Page[FileRecord]:
+    return Page.from_raw(raw, FileRecord.from_dict)
+
+
+class Files:
+    """Files of your organization. ``file_id`` is the file's name.
+
+    >>> rec = client.files.upload("notes.txt")            # doctest: +SKIP
+    >>> [f.file_id for f in client.files.list()]          # doctest: +SKIP
+    ['notes.txt']
+    """
+
+    def __init__(self, client: HasCore) -> None:
+        self._client = client
+
+    def upload(self, path: StrPath, *, content_type: str | None = None) -> FileRecord:
+        """Uploads a file from disk, streamed. Its name becomes its ``file_id``; the type comes from
+        the extension (``content_type`` is used only for unknown extensions).
+
+        >>> client.files.upload("notes.txt").file_id      # doctest: +SKIP
+        'notes.txt'
+        """
+        return FileRecord.from_dict(self._client._core.upload_file(os.fspath(path), content_type, False))
+
+    def upload_base64(
+        self, name: str, data: bytes | bytearray | memoryview | str, *, content_type: str | None = None
+    ) -> FileRecord:
+        """Uploads in-memory content under ``name`` through the base64 endpoint. ``data`` is the raw
+        content as bytes, or base64 text as a str.
+
+        >>> client.files.upload_base64("hello.txt", b"hello").file_id  # doctest: +SKIP
+        'hello.txt'
+        """
+        return FileRecord.from_dict(self._client._core.upload_base64(name, _content(data), content_type, False))
+
+    def list(
+        self,
+        *,
+        file_type: str | Sequence[str] | None = None,
+        sort: str | None = None,
+        order: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> SyncPager[FileRecord]:
+        """Iterates your files lazily, following cursors. ``file_type`` takes one MIME type or several;
+        ``sort`` is one of created_at, num_bytes, status, file_id; ``order`` is asc or desc.
+
+        >>> [f.file_id for f in client.files.list(file_type="text/plain")]  # doctest: +SKIP
+        ['notes.txt']
+        """
+        types = _file_types(file_type)
+
+        def fetch(cursor: str | None) -> Page[FileRecord]:
+            return _page(self._client._core.list_files(types, sort, order, limit, cursor, False))
+
+        return SyncPager(fetch, after)
+
+    def metadata(self, file_id: str) -> FileRecord:
+        """One file's full metadata.
+
+        >>> client.files.metadata("notes.txt").num_bytes  # doctest: +SKIP
+        342
+        """
+        return FileRecord.from_dict(self._client._core.file_metadata(file_id, False))
+
+    def info(self) -> dict[str, Any]:
+        """The organization's storage summary, as the platform reports it.
+
+        >>> client.files.info()  # doctest: +SKIP
+        {'num_files': 1, 'num_bytes': 342}
+        """
+        result: dict[str, Any] = self._client._core.files_info(False)
+        return result
+
+    def download(self, file_id: str, path: StrPath) -> Path:
+        """Streams a file to ``path`` (a file path, or a folder to save it in under its name). The bytes
+        go to a temporary file renamed only when complete: an interrupted download never leaves a
+        truncated file under ``path``. Returns the path written.
+
+        >>> client.files.download("notes.txt", "/tmp/")  # doctest: +SKIP
+        PosixPath('/tmp/notes.txt')
+        """
+        target = _target(file_id, path)
+        self._client._core.download_file(file_id, os.fspath(target), False)
+        return target
+
+    def delete(self, file_id: str) -> FileRecord:
+        """Deletes a file; it leaves listings at once.
+
+        >>> client.files.delete("notes.txt").is_valid  # doctest: +SKIP
+        True
+        """
+        return FileRecord.from_dict(self._client._core.delete_file(file_id, False))
+
+
+class AsyncFiles:
+    """``Files`` with awaitables. See :class:`Files` for each method."""
+
+    def __init__(self, client: HasCore) -> None:
+        self._client = client
+
+    async def upload(self, path: StrPath, *, content_type: str | None = None) -> FileRecord:
+        """See :meth:`Files.upload`."""
+        return FileRecord.from_dict(await self._client._core.upload_file(os.fspath(path), content_type, True))
+
+    async def upload_base64(
+        self, name: str, data: bytes | bytearray | memoryview | str, *, content_type: str | None = None
+    ) -> FileRecord:
+        """See :meth:`Files.upload_base64`."""
+        return FileRecord.from_dict(await self._client._core.upload_base64(name, _content(data), content_type, True))
+
+    def list(
+        self,
+        *,
+        file_type: str | Sequence[str] | None = None,
+        sort: str | None = None,
+        order: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> AsyncPager[FileRecord]:
+        """See :meth:`Files.list`; use ``async for``."""
+        types = _file_types(file_type)
+
+        async def fetch(cursor: str | None) -> Page[FileRecord]:
+            return _page(await self._client._core.list_files(types, sort, order, limit, cursor, True))
+
+        return AsyncPager(fetch, after)
+
+    async def metadata(self, file_id: str) -> FileRecord:
+        """See :meth:`Files.metadata`."""
+        return FileRecord.from_dict(await self._client._core.file_metadata(file_id, True))
+
+    async def info(self) -> dict[str, Any]:
+        """See :meth:`Files.info`."""
+        result: dict[str, Any] = await self._client._core.files_info(True)
+        return result
+
+    async def download(self, file_id: str, path: StrPath) -> Path:
+        """See :meth:`Files.download`."""
+        target = _target(file_id, path)
+        await self._client._core.download_file(file_id, os.fspath(target), True)
+        return target
+
+    async def delete(self, file_id: str) -> FileRecord:
+        """See :meth:`Files.delete`."""
+        return FileRecord.from_dict(await self._client._core.delete_file(file_id, True))

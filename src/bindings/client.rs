@@ -1,0 +1,347 @@
+//! `CoreClient`: the Python handle on a configured transport. Each method converts its
+//! arguments, hands a future to `runtime::run` (blocking or awaitable, one code path), and
+//! converts the result. Protocol decisions live in `crate::client`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::convert::{py_to_value, type_name, Json};
+use super::errors::{to_pyerr, Outcome};
+use super::results::{EmbeddingsData, NumericEvent, QueryResult};
+use super::runtime;
+use crate::client::config::ClientConfig;
+use crate::client::files::{self, ListOptions};
+use crate::client::models::{self, ModelFilters};
+use crate::client::query;
+use crate::client::{Error, Transport};
+
+#[pyclass(module = "sensorium._core", name = "CoreClient", frozen)]
+pub struct CoreClient {
+    transport: Transport,
+}
+
+fn seconds(value: Option<f64>, arg: &str) -> Result<Option<Duration>, Error> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.is_finite() && v > 0.0 => Ok(Some(Duration::from_secs_f64(v))),
+        Some(v) => Err(Error::invalid_argument(arg, format!("is {v}; it takes a positive number of seconds, or None"))),
+    }
+}
+
+fn required_seconds(value: f64, arg: &str) -> Result<Duration, Error> {
+    seconds(Some(value), arg)?.ok_or_else(|| Error::invalid_argument(arg, "is required"))
+}
+
+fn apply_options(
+    config: &mut ClientConfig,
+    timeout: Option<f64>,
+    connect_timeout: f64,
+    read_timeout: f64,
+    max_retries: i64,
+    default_headers: Option<Vec<(String, String)>>,
+) -> Result<(), Error> {
+    config.timeouts.total = seconds(timeout, "timeout")?;
+    config.timeouts.connect = required_seconds(connect_timeout, "connect_timeout")?;
+    config.timeouts.read = required_seconds(read_timeout, "read_timeout")?;
+    config.retry.max_retries = u32::try_from(max_retries)
+        .map_err(|_| Error::invalid_argument("max_retries", format!("is {max_retries}; it takes 0 or more")))?;
+    if let Some(headers) = default_headers {
+        if let Some((name, _)) = headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("authorization")) {
+            return Err(Error::invalid_argument(
+                "default_headers",
+                format!("sets {name}, which the client owns; pass the key as api_key"),
+            ));
+        }
+        config.default_headers = headers;
+    }
+    Ok(())
+}
+
+impl CoreClient {
+    fn transport(&self) -> Transport {
+        self.transport.clone()
+    }
+}
+
+#[pymethods]
+impl CoreClient {
+    #[new]
+    #[pyo3(signature = (api_key, base_url, timeout, connect_timeout, read_timeout, max_retries, default_headers))]
+    fn py_new(
+        py: Python<'_>,
+        api_key: Option<String>,
+        base_url: Option<String>,
+        timeout: Option<f64>,
+        connect_timeout: f64,
+        read_timeout: f64,
+        max_retries: i64,
+        default_headers: Option<Vec<(String, String)>>,
+    ) -> PyResult<Self> {
+        let build = || -> Result<Transport, Error> {
+            let mut config = ClientConfig::resolve(api_key, base_url, |name| std::env::var(name).ok())?;
+            apply_options(&mut config, timeout, connect_timeout, read_timeout, max_retries, default_headers)?;
+            Transport::new(config)
+        };
+        build().map(|transport| CoreClient { transport }).map_err(|e| to_pyerr(py, e))
+    }
+
+    /// A copy with other options that shares this client's connection pool.
+    #[pyo3(signature = (timeout, connect_timeout, read_timeout, max_retries, default_headers))]
+    fn with_options(
+        &self,
+        py: Python<'_>,
+        timeout: Option<f64>,
+        connect_timeout: f64,
+        read_timeout: f64,
+        max_retries: i64,
+        default_headers: Option<Vec<(String, String)>>,
+    ) -> PyResult<Self> {
+        let mut config = (*self.transport.config).clone();
+        let result = apply_options(&mut config, timeout, connect_timeout, read_timeout, max_retries, default_headers)
+            .and_then(|_| self.transport.with_config(config));
+        result.map(|transport| CoreClient { transport }).map_err(|e| to_pyerr(py, e))
+    }
+
+    #[getter]
+    fn base_url(&self) -> String {
+        self.transport.config.base_url()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("CoreClient(base_url={:?})", self.transport.config.base_url())
+    }
+
+    fn __reduce__(&self) -> PyResult<()> {
+        Err(PyTypeError::new_err(
+            "sensorium clients cannot be pickled: they hold an API key. Create a client in the \
+             other process instead (sensorium.Client() reads SENSORIUM_API_KEY).",
+        ))
+    }
+
+    #[pyo3(signature = (model, query, fields, asynchronous))]
+    fn query<'py>(
+        &self,
+        py: Python<'py>,
+        model: String,
+        query: String,
+        fields: &Bound<'py, PyDict>,
+        asynchronous: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let body = query_body(&model, &query, fields).map_err(|e| to_pyerr(py, e))?;
+        let transport = self.transport();
+        runtime::run(py, asynchronous, async move {
+            let result = query::run(&transport, body).await.map(|(parsed, raw)| QueryResult::new(parsed, raw));
+            Ok(Outcome(result))
+        })
+    }
+
+    #[pyo3(signature = (model, data, normalize_input, fields, asynchronous))]
+    fn embed<'py>(
+        &self,
+        py: Python<'py>,
+        model: String,
+        data: &Bound<'py, PyAny>,
+        normalize_input: bool,
+        fields: &Bound<'py, PyDict>,
+        asynchronous: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let build = || -> Result<Bytes, Error> {
+            let event = NumericEvent::from_channels(super::numeric::channels_json(data, "data")?);
+            let raw = RawValue::from_string(String::from_utf8_lossy(&event.json).into_owned())
+                .map_err(|e| Error::invalid_argument("data", e.to_string()))?;
+            let mut map = fields_map(fields)?;
+            if normalize_input {
+                map.insert("normalize_input".into(), Value::Bool(true));
+            }
+            query::build_request(&model, "", map, Some(vec![raw]))
+        };
+        let body = build().map_err(|e| to_pyerr(py, e))?;
+        let transport = self.transport();
+        runtime::run(py, asynchronous, async move {
+            let result = query::run_embeddings(&transport, body).await.map(|(matrix, warnings, query_id, raw)| {
+                EmbeddingsData { matrix, warnings, query_id, raw }
+            });
+            Ok(Outcome(result))
+        })
+    }
+
+    #[pyo3(signature = (path, content_type, asynchronous))]
+    fn upload_file<'py>(
+        &self,
+        py: Python<'py>,
+        path: PathBuf,
+        content_type: Option<String>,
+        asynchronous: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let transport = self.transport();
+        runtime::run(py, asynchronous, async move {
+            let result = files::upload(&transport, &path, content_type.as_deref()).await;
+            Ok(Outcome(result.and_then(to_json)))
+        })
+    }
+
+    #[pyo3(signature = (name, data, content_type, asynchronous))]
+    fn upload_base64<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        data: Vec<u8>,
+        content_type: Option<String>,
+        asynchronous: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let transport = self.transport();
+        runtime::run(py, asynchronous, async move {
+            let result = files::upload_base64(&transport, &name, &data, content_type.as_deref()).await;
+            Ok(Outcome(result.and_then(to_json)))
+        })
+    }
+
+    #[pyo3(signature = (file_types, sort, order, limit, cursor, asynchronous))]
+    #[allow(clippy::too_many_arguments)]
+    fn list_files<'py>(
+        &self,
+        py: Python<'py>,
+        file_types: Vec<String>,
+        sort: Option<String>,
+        order: Option<String>,
+        limit: Option<u32>,
+        cursor: Option<String>,
+        asynchronous: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let transport = self.transport();
+        let opts = ListOptions { file_types, sort, order, limit };
+        runtime::run(py, asynchronous, async move {
+            let result = files::list_page(&transport, &opts, cursor.as_deref()).await;
+            Ok(Outcome(result.and_then(to_json)))
+        })
+    }
+
+    #[pyo3(signature = (file_id, asynchronous))]
+    fn file_metadata<'py>(&self, py: Python<'py>, file_id: String, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
+        let transport = self.transport();
+        runtime::run(py, asynchronous, async move {
+            Ok(Outcome(files::metadata(&transport, &file_id).await.map(Json)))
+        })
+    }
+
+    #[pyo3(signature = (asynchronous))]
+    fn files_info<'py>(&self, py: Python<'py>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
+        let transport = self.transport();
+        runtime::run(py, asynchronous, async move { Ok(Outcome(files::info(&transport).await.map(Json))) })
+    }
+
+    #[pyo3(signature = (file_id, path, asynchronous))]
+    fn download_file<'py>(
+        &self,
+        py: Python<'py>,
+        file_id: String,
+        path: PathBuf,
+        asynchronous: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let transport = self.transport();
+        runtime::run(py, asynchronous, async move {
+            Ok(Outcome(files::download(&transport, &file_id, &path).await))
+        })
+    }
+
+    #[pyo3(signature = (file_id, asynchronous))]
+    fn delete_file<'py>(&self, py: Python<'py>, file_id: String, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
+        let transport = self.transport();
+        runtime::run(py, asynchronous, async move {
+            Ok(Outcome(files::delete(&transport, &file_id).await.and_then(to_json)))
+        })
+    }
+
+    #[pyo3(signature = (model_family, scope, search, variant, cursor, asynchronous))]
+    #[allow(clippy::too_many_arguments)]
+    fn list_models<'py>(
+        &self,
+        py: Python<'py>,
+        model_family: Option<String>,
+        scope: Option<String>,
+        search: Option<String>,
+        variant: Option<String>,
+        cursor: Option<String>,
+        asynchronous: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let transport = self.transport();
+        let filters = ModelFilters { model_family, scope, search, variant };
+        runtime::run(py, asynchronous, async move {
+            let result = models::list_page(&transport, &filters, cursor.as_deref()).await;
+            Ok(Outcome(result.and_then(to_json)))
+        })
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: T) -> Result<Json, Error> {
+    serde_json::to_value(value).map(Json).map_err(|e| Error::Decode {
+        url: String::new(),
+        message: e.to_string(),
+        body: String::new(),
+    })
+}
+
+fn fields_map(fields: &Bound<'_, PyDict>) -> Result<Map<String, Value>, Error> {
+    let mut map = Map::new();
+    for (k, v) in fields.iter() {
+        let name: String = k.extract().map_err(|_| Error::invalid_argument("fields", "keys must be strings"))?;
+        if v.is_none() {
+            continue; // not given: the spec's default applies server-side
+        }
+        let value = py_to_value(&v, &name)?;
+        map.insert(name, value);
+    }
+    Ok(map)
+}
+
+/// The query body: fields checked against the spec's table, events checked one by one
+/// (numeric events arrive pre-serialised).
+fn query_body(model: &str, query: &str, fields: &Bound<'_, PyDict>) -> Result<Bytes, Error> {
+    let events_obj = fields.get_item("events").ok().flatten();
+    let rest = fields.copy().map_err(|e| Error::invalid_argument("fields", e.to_string()))?;
+    let _ = rest.del_item("events");
+    let map = fields_map(&rest)?;
+    let events = match events_obj {
+        Some(obj) if !obj.is_none() => Some(events_json(&obj)?),
+        _ => None,
+    };
+    query::build_request(model, query, map, events)
+}
+
+fn events_json(obj: &Bound<'_, PyAny>) -> Result<Vec<Box<RawValue>>, Error> {
+    let list = obj
+        .cast::<PyList>()
+        .map(|l| l.clone().into_any())
+        .or_else(|_| obj.call_method0("__iter__").map(|_| obj.clone()))
+        .map_err(|_| Error::invalid_argument("events", format!("must be a list of events, got {}", type_name(obj))))?;
+    let mut out = Vec::new();
+    let iter = list.try_iter().map_err(|_| Error::invalid_argument("events", "must be a list of events"))?;
+    for (i, item) in iter.enumerate() {
+        let item = item.map_err(|e| Error::invalid_argument("events", e.to_string()))?;
+        if let Ok(numeric) = item.cast::<NumericEvent>() {
+            let text = String::from_utf8_lossy(&numeric.get().json).into_owned();
+            out.push(RawValue::from_string(text).map_err(|e| Error::invalid_argument("events", e.to_string()))?);
+            continue;
+        }
+        if isinstance_str(&item) {
+            return Err(Error::invalid_argument(
+                "events",
+                format!("events[{i}] is a string; wrap text with sensorium.events.text(...)"),
+            ));
+        }
+        let value = py_to_value(&item, &format!("events[{i}]"))?;
+        out.push(query::check_event(i, &value)?);
+    }
+    Ok(out)
+}
+
+fn isinstance_str(obj: &Bound<'_, PyAny>) -> bool {
+    obj.is_instance_of::<pyo3::types::PyString>()
+}

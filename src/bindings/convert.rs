@@ -1,0 +1,120 @@
+//! Python values to JSON values and back, with messages that name where a bad value sits.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::IntoPyObjectExt;
+use serde_json::{Map, Number, Value};
+
+use crate::client::Error;
+
+/// Converts a Python value to JSON. `path` names it in errors (`query_metadata['a'][2]`).
+pub fn py_to_value(obj: &Bound<'_, PyAny>, path: &str) -> Result<Value, Error> {
+    if obj.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = obj.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return s
+            .to_str()
+            .map(|s| Value::String(s.to_string()))
+            .map_err(|_| Error::invalid_argument(path, "is a string that is not valid UTF-8"));
+    }
+    if obj.is_instance_of::<PyInt>() {
+        if let Ok(v) = obj.extract::<i64>() {
+            return Ok(Value::Number(v.into()));
+        }
+        if let Ok(v) = obj.extract::<u64>() {
+            return Ok(Value::Number(v.into()));
+        }
+        return Err(Error::invalid_argument(path, "is an integer too large for JSON"));
+    }
+    if let Ok(f) = obj.cast::<PyFloat>() {
+        return float(f.value(), path);
+    }
+    if let Ok(d) = obj.cast::<PyDict>() {
+        let mut map = Map::with_capacity(d.len());
+        for (k, v) in d.iter() {
+            let key = k
+                .cast::<PyString>()
+                .map_err(|_| Error::invalid_argument(path, format!("has a key {} that is not a string", type_name(&k))))?
+                .to_string();
+            let child = format!("{path}[{key:?}]");
+            map.insert(key, py_to_value(&v, &child)?);
+        }
+        return Ok(Value::Object(map));
+    }
+    if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
+        let mut items = Vec::new();
+        for (i, item) in obj.try_iter().map_err(|_| Error::invalid_argument(path, "cannot be iterated"))?.enumerate() {
+            let item = item.map_err(|e| Error::invalid_argument(path, e.to_string()))?;
+            items.push(py_to_value(&item, &format!("{path}[{i}]"))?);
+        }
+        return Ok(Value::Array(items));
+    }
+    // numpy scalars and arrays, and anything else that knows how to become a list or number.
+    if obj.hasattr("tolist").unwrap_or(false) {
+        if let Ok(plain) = obj.call_method0("tolist") {
+            if !plain.is(obj) && !plain.hasattr("tolist").unwrap_or(false) {
+                return py_to_value(&plain, path);
+            }
+        }
+    }
+    Err(Error::invalid_argument(path, format!("is a {}, which cannot be sent as JSON", type_name(obj))))
+}
+
+fn float(v: f64, path: &str) -> Result<Value, Error> {
+    Number::from_f64(v).map(Value::Number).ok_or_else(|| {
+        Error::invalid_argument(path, format!("is {v}; the platform accepts finite numbers only (no NaN or infinity)"))
+    })
+}
+
+pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "object".into())
+}
+
+/// Converts JSON to Python objects (dict, list, str, int, float, bool, None).
+pub fn value_to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => b.into_bound_py_any(py)?,
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                i.into_bound_py_any(py)?
+            } else if let Some(u) = n.as_u64() {
+                u.into_bound_py_any(py)?
+            } else {
+                n.as_f64().unwrap_or(f64::NAN).into_bound_py_any(py)?
+            }
+        }
+        Value::String(s) => s.into_bound_py_any(py)?,
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(value_to_py(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(map) => {
+            let dict = PyDict::new(py);
+            for (k, v) in map {
+                dict.set_item(k, value_to_py(py, v)?)?;
+            }
+            dict.into_any()
+        }
+    })
+}
+
+/// A JSON value handed back to Python as plain objects.
+pub struct Json(pub Value);
+
+impl<'py> IntoPyObject<'py> for Json {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        value_to_py(py, &self.0)
+    }
+}

@@ -1,0 +1,152 @@
+//! numpy at the boundary: a channel-first window written straight into JSON numbers (no
+//! Python float per element), and embeddings read into a float32 array built in Rust.
+
+use numpy::ndarray::{Array2, ArrayView2, Axis, Ix2};
+use numpy::{
+    dtype, PyArray2, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
+    PyUntypedArrayMethods,
+};
+use pyo3::prelude::*;
+
+use crate::client::query::EmbeddingMatrix;
+use crate::client::Error;
+
+/// A numeric window serialised as the JSON the platform takes: `[[ch0...], [ch1...]]`.
+pub struct ChannelsJson {
+    pub json: Vec<u8>,
+    pub channels: usize,
+    pub window: usize,
+}
+
+/// Serialises a numpy array shaped (channels, window) or (window,), of any real dtype and any
+/// memory layout. `arg` names the argument in errors.
+pub fn channels_json(obj: &Bound<'_, PyAny>, arg: &str) -> Result<ChannelsJson, Error> {
+    let array = obj
+        .cast::<PyUntypedArray>()
+        .map_err(|_| Error::invalid_argument(arg, "must be a numpy array"))?;
+    let shape = array.shape().to_vec();
+    let shape_text = format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "));
+    if !(1..=2).contains(&shape.len()) {
+        return Err(Error::invalid_argument(
+            arg,
+            format!(
+                "must be shaped (channels, window) or (window,); got a {}-D array of shape {shape_text}",
+                shape.len()
+            ),
+        ));
+    }
+    if shape.contains(&0) {
+        return Err(Error::invalid_argument(arg, format!("is empty (shape {shape_text}); a window needs at least one value per channel")));
+    }
+    let descr = array.dtype();
+    let kind = descr.kind();
+    let py = obj.py();
+    macro_rules! try_as {
+        ($t:ty, $write:ident) => {
+            if descr.is_equiv_to(&dtype::<$t>(py)) {
+                let typed = obj.cast::<PyArrayDyn<$t>>().map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
+                let readonly = typed.try_readonly().map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
+                let view = as_2d(readonly.as_array(), arg)?;
+                return write_channels(view, arg, $write);
+            }
+        };
+    }
+    match kind {
+        b'f' => {
+            try_as!(f64, write_f64);
+            try_as!(f32, write_f32);
+            // float16, longdouble: widen to float64 through numpy, then write.
+            let wide = obj
+                .call_method1("astype", ("float64",))
+                .map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
+            channels_json(&wide, arg)
+        }
+        b'i' | b'u' => {
+            try_as!(i64, write_int);
+            try_as!(i32, write_int);
+            try_as!(i16, write_int);
+            try_as!(i8, write_int);
+            try_as!(u64, write_int);
+            try_as!(u32, write_int);
+            try_as!(u16, write_int);
+            try_as!(u8, write_int);
+            let wide = obj
+                .call_method1("astype", ("int64",))
+                .map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
+            channels_json(&wide, arg)
+        }
+        _ => {
+            let name = descr.str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into());
+            Err(Error::invalid_argument(
+                arg,
+                format!("has dtype {name}, which is not a real number type; convert it with .astype('float32')"),
+            ))
+        }
+    }
+}
+
+fn as_2d<'a, T>(view: numpy::ndarray::ArrayViewD<'a, T>, arg: &str) -> Result<ArrayView2<'a, T>, Error> {
+    let view = if view.ndim() == 1 { view.insert_axis(Axis(0)) } else { view };
+    view.into_dimensionality::<Ix2>()
+        .map_err(|e| Error::invalid_argument(arg, format!("cannot be read as (channels, window): {e}")))
+}
+
+fn write_channels<T: Copy>(
+    view: ArrayView2<'_, T>,
+    arg: &str,
+    write: fn(&mut Vec<u8>, T) -> bool,
+) -> Result<ChannelsJson, Error> {
+    let (channels, window) = view.dim();
+    let mut out = Vec::with_capacity(channels * window * 12 + 2 * channels + 2);
+    out.push(b'[');
+    for (c, row) in view.rows().into_iter().enumerate() {
+        if c > 0 {
+            out.push(b',');
+        }
+        out.push(b'[');
+        for (i, value) in row.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            if !write(&mut out, *value) {
+                let what = if c == 0 && channels == 1 { format!("index {i}") } else { format!("channel {c}, index {i}") };
+                return Err(Error::invalid_argument(
+                    arg,
+                    format!("holds a NaN or infinite value at {what}; the platform accepts finite numbers only"),
+                ));
+            }
+        }
+        out.push(b']');
+    }
+    out.push(b']');
+    Ok(ChannelsJson { json: out, channels, window })
+}
+
+fn write_f64(out: &mut Vec<u8>, v: f64) -> bool {
+    if !v.is_finite() {
+        return false;
+    }
+    out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+    true
+}
+
+fn write_f32(out: &mut Vec<u8>, v: f32) -> bool {
+    if !v.is_finite() {
+        return false;
+    }
+    out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+    true
+}
+
+fn write_int<T: itoa::Integer>(out: &mut Vec<u8>, v: T) -> bool {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    true
+}
+
+/// The embedding matrix as a (rows, cols) float32 array that owns the parsed buffer.
+pub fn embeddings_array<'py>(py: Python<'py>, m: EmbeddingMatrix) -> PyResult<Bound<'py, PyArray2<f32>>> {
+    let array = Array2::from_shape_vec((m.rows, m.cols), m.data)
+        .map_err(|e| super::errors::runtime_error(format!("embedding shape mismatch: {e}")))?;
+    Ok(PyArray2::from_owned_array(py, array))
+}
+

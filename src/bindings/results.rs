@@ -1,0 +1,206 @@
+//! Typed results handed to Python: `QueryResult`, `Embeddings`, and the pre-serialised
+//! `NumericEvent`. Each keeps the raw body so `to_dict()` can return the whole response,
+//! parsed only when asked for.
+
+use bytes::Bytes;
+use numpy::{PyArray2, PyArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use crate::client::query::{output_texts, warnings, EmbeddingMatrix};
+use crate::wire::query::QueryResponse;
+
+fn loads<'py>(py: Python<'py>, raw: &Bytes) -> PyResult<Bound<'py, PyAny>> {
+    py.import("json")?.getattr("loads")?.call1((PyBytes::new(py, raw),))
+}
+
+/// The result of `client.query(...)`.
+#[pyclass(module = "sensorium._core", name = "QueryResult", frozen)]
+pub struct QueryResult {
+    #[pyo3(get)]
+    texts: Vec<String>,
+    #[pyo3(get)]
+    status: Option<String>,
+    #[pyo3(get)]
+    query_id: Option<String>,
+    #[pyo3(get)]
+    gpq_node: Option<String>,
+    #[pyo3(get)]
+    query_timestamp: Option<f64>,
+    #[pyo3(get)]
+    loading_timestamp: Option<f64>,
+    #[pyo3(get)]
+    inference_timestamp: Option<f64>,
+    #[pyo3(get)]
+    response_timestamp: Option<f64>,
+    #[pyo3(get)]
+    query_queue_time_sec: Option<f64>,
+    #[pyo3(get)]
+    inference_time_sec: Option<f64>,
+    #[pyo3(get)]
+    query_response_time_sec: Option<f64>,
+    #[pyo3(get)]
+    warnings: Vec<String>,
+    raw: Bytes,
+}
+
+impl QueryResult {
+    pub fn new(response: QueryResponse, raw: Bytes) -> Self {
+        QueryResult {
+            texts: output_texts(&response),
+            warnings: warnings(&response),
+            status: response.status,
+            query_id: response.query_id,
+            gpq_node: response.gpq_node,
+            query_timestamp: response.query_timestamp,
+            loading_timestamp: response.loading_timestamp,
+            inference_timestamp: response.inference_timestamp,
+            response_timestamp: response.response_timestamp,
+            query_queue_time_sec: response.query_queue_time_sec,
+            inference_time_sec: response.inference_time_sec,
+            query_response_time_sec: response.query_response_time_sec,
+            raw,
+        }
+    }
+}
+
+#[pymethods]
+impl QueryResult {
+    /// The first output string ("" when the model returned none).
+    #[getter]
+    fn text(&self) -> &str {
+        self.texts.first().map(String::as_str).unwrap_or("")
+    }
+
+    /// The whole response as the service sent it.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        loads(py, &self.raw)
+    }
+
+    fn __repr__(&self) -> String {
+        let text = self.text();
+        let shown: String = text.chars().take(60).collect();
+        let ellipsis = if shown.len() < text.len() { "..." } else { "" };
+        format!(
+            "QueryResult(query_id={:?}, status={:?}, text={:?}{})",
+            self.query_id.as_deref().unwrap_or(""),
+            self.status.as_deref().unwrap_or(""),
+            shown,
+            ellipsis
+        )
+    }
+}
+
+/// The result of `client.embed(...)`: one 768-dimension float32 vector per channel.
+#[pyclass(module = "sensorium._core", name = "Embeddings", frozen)]
+pub struct Embeddings {
+    #[pyo3(get)]
+    vectors: Py<PyArray2<f32>>,
+    #[pyo3(get)]
+    warnings: Vec<String>,
+    #[pyo3(get)]
+    query_id: Option<String>,
+    raw: Bytes,
+}
+
+/// What the I/O task returns; the numpy array is built once the GIL is held.
+pub struct EmbeddingsData {
+    pub matrix: EmbeddingMatrix,
+    pub warnings: Vec<String>,
+    pub query_id: Option<String>,
+    pub raw: Bytes,
+}
+
+impl<'py> IntoPyObject<'py> for EmbeddingsData {
+    type Target = Embeddings;
+    type Output = Bound<'py, Embeddings>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, Embeddings>> {
+        let vectors = super::numeric::embeddings_array(py, self.matrix)?.unbind();
+        Bound::new(py, Embeddings { vectors, warnings: self.warnings, query_id: self.query_id, raw: self.raw })
+    }
+}
+
+#[pymethods]
+impl Embeddings {
+    /// (channels, dimension).
+    #[getter]
+    fn shape(&self, py: Python<'_>) -> (usize, usize) {
+        let dims = numpy::PyUntypedArrayMethods::shape(self.vectors.bind(py).as_untyped());
+        (dims[0], dims[1])
+    }
+
+    fn __len__(&self, py: Python<'_>) -> usize {
+        self.shape(py).0
+    }
+
+    #[pyo3(signature = (dtype=None, copy=None))]
+    fn __array__<'py>(
+        &self,
+        py: Python<'py>,
+        dtype: Option<Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let array = self.vectors.bind(py).clone().into_any();
+        let array = match dtype {
+            Some(dt) => array.call_method1("astype", (dt,))?,
+            None => array,
+        };
+        if copy == Some(true) {
+            return array.call_method0("copy");
+        }
+        Ok(array)
+    }
+
+    /// The whole response as the service sent it.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        loads(py, &self.raw)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let (rows, cols) = self.shape(py);
+        format!("Embeddings(shape=({rows}, {cols}), dtype=float32, warnings={})", self.warnings.len())
+    }
+}
+
+/// A `data.numeric_array` event whose contents were written to JSON once, in Rust.
+#[pyclass(module = "sensorium._core", name = "NumericEvent", frozen)]
+pub struct NumericEvent {
+    pub json: Bytes,
+    #[pyo3(get)]
+    pub channels: usize,
+    #[pyo3(get)]
+    pub window: usize,
+}
+
+#[pymethods]
+impl NumericEvent {
+    #[new]
+    fn py_new(array: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let payload = super::numeric::channels_json(array, "array")
+            .map_err(|e| super::errors::to_pyerr(array.py(), e))?;
+        Ok(NumericEvent::from_channels(payload))
+    }
+
+    /// The event as the platform takes it.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let d = loads(py, &self.json)?;
+        d.cast::<PyDict>()?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("NumericEvent(channels={}, window={})", self.channels, self.window)
+    }
+}
+
+impl NumericEvent {
+    pub fn from_channels(payload: super::numeric::ChannelsJson) -> Self {
+        let mut json = Vec::with_capacity(payload.json.len() + 64);
+        json.extend_from_slice(br#"{"type":"data.numeric_array","event_data":{"contents":"#);
+        json.extend_from_slice(&payload.json);
+        json.extend_from_slice(b"}}");
+        NumericEvent { json: Bytes::from(json), channels: payload.channels, window: payload.window }
+    }
+}

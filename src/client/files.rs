@@ -1,0 +1,299 @@
+//! The files surface: simple and base64 uploads, listing, metadata, download, delete.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use reqwest::Method;
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+
+use super::error::Error;
+use super::pagination::normalize_page;
+use super::transport::{error_chain, Call, RequestBody, Transport};
+use crate::wire::files::{mime_for_name, FileOpResponse, SIMPLE_UPLOAD_MAX_BYTES, SIMPLE_UPLOAD_TYPES};
+use crate::wire::page::CursorPage;
+
+/// Sort keys and orders of `GET /files/metadata`. The spec does not name the parameters; these
+/// follow the platform's other lists (`sort`, `order`).
+pub const SORT_FIELDS: &[&str] = &["created_at", "num_bytes", "status", "file_id"];
+pub const SORT_ORDERS: &[&str] = &["asc", "desc"];
+/// The platform refuses a `file_type` filter with more entries.
+pub const MAX_FILE_TYPE_FILTERS: usize = 50;
+
+const JSONL_TYPE: &str = "application/x-ndjson";
+
+/// The content type a file is uploaded with: from its extension (as the platform derives it),
+/// or the caller's for an unknown extension.
+fn upload_type(name: &str, content_type: Option<&str>, argument: &str) -> Result<String, Error> {
+    let mime = mime_for_name(name).map(str::to_string).or_else(|| content_type.map(str::to_string));
+    match mime {
+        Some(m) if m == JSONL_TYPE => Err(Error::invalid_argument(
+            argument,
+            format!(
+                "{name:?} is JSONL (application/x-ndjson), which the simple upload rejects; it \
+                 needs the platform's direct-to-cloud upload"
+            ),
+        )),
+        Some(m) if SIMPLE_UPLOAD_TYPES.contains(&m.as_str()) => Ok(m),
+        Some(m) => Err(Error::invalid_argument(
+            argument,
+            format!("{name:?} has type {m}, which the upload does not accept; accepted: {}", SIMPLE_UPLOAD_TYPES.join(", ")),
+        )),
+        None => Err(Error::invalid_argument(
+            argument,
+            format!(
+                "{name:?} has no known extension; use .png, .jpg, .jpeg, .mp4, .txt, .csv or .json \
+                 (the platform derives the file type from it), or pass content_type"
+            ),
+        )),
+    }
+}
+
+/// Uploads a file from disk, streamed (never read whole), through `POST /files`.
+pub async fn upload(transport: &Transport, path: &Path, content_type: Option<&str>) -> Result<FileOpResponse, Error> {
+    let meta = tokio::fs::metadata(path).await.map_err(|e| Error::io(path.display(), e))?;
+    if !meta.is_file() {
+        return Err(Error::invalid_argument("path", format!("{} is not a regular file", path.display())));
+    }
+    let file_name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Error::invalid_argument("path", format!("{} has no usable file name", path.display())))?
+        .to_string();
+    let mime = upload_type(&file_name, content_type, "path")?;
+    if meta.len() > SIMPLE_UPLOAD_MAX_BYTES {
+        return Err(Error::invalid_argument(
+            "path",
+            format!(
+                "{} is {} bytes; the simple upload takes at most {} bytes and larger files need the \
+                 direct-to-cloud upload",
+                path.display(),
+                meta.len(),
+                SIMPLE_UPLOAD_MAX_BYTES
+            ),
+        ));
+    }
+    let call = Call {
+        body: RequestBody::MultipartFile {
+            field: "file".into(),
+            path: path.to_path_buf(),
+            file_name,
+            mime,
+            len: meta.len(),
+        },
+        streaming: true,
+        ..Call::new(Method::POST, transport.config.url("/files"))
+    };
+    transport.json(&call).await
+}
+
+/// Uploads in-memory content through `POST /files/base64` (the multipart shape, with the
+/// base64 text as the part's content). `data` is the raw content; it is encoded here.
+pub async fn upload_base64(transport: &Transport, name: &str, data: &[u8], content_type: Option<&str>) -> Result<FileOpResponse, Error> {
+    check_name(name, "name")?;
+    let mime = upload_type(name, content_type, "name")?;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(data);
+    let call = Call {
+        body: RequestBody::MultipartBytes {
+            field: "file".into(),
+            file_name: name.to_string(),
+            mime,
+            data: Bytes::from(encoded),
+        },
+        ..Call::new(Method::POST, transport.config.url("/files/base64"))
+    };
+    transport.json(&call).await
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct ListOptions {
+    pub file_types: Vec<String>,
+    pub sort: Option<String>,
+    pub order: Option<String>,
+    pub limit: Option<u32>,
+}
+
+pub async fn list_page(transport: &Transport, opts: &ListOptions, cursor: Option<&str>) -> Result<CursorPage<Value>, Error> {
+    let types: Vec<&str> = opts.file_types.iter().map(|t| t.trim()).filter(|t| !t.is_empty()).collect();
+    if types.len() > MAX_FILE_TYPE_FILTERS {
+        return Err(Error::invalid_argument(
+            "file_type",
+            format!("has {} entries; the platform accepts at most {MAX_FILE_TYPE_FILTERS}", types.len()),
+        ));
+    }
+    if let Some(sort) = &opts.sort {
+        if !SORT_FIELDS.contains(&sort.as_str()) {
+            return Err(Error::invalid_argument("sort", format!("is {sort:?}; it takes one of {}", SORT_FIELDS.join(", "))));
+        }
+    }
+    if let Some(order) = &opts.order {
+        if !SORT_ORDERS.contains(&order.as_str()) {
+            return Err(Error::invalid_argument("order", format!("is {order:?}; it takes 'asc' or 'desc'")));
+        }
+    }
+    if let Some(limit) = opts.limit {
+        if !(1..=1000).contains(&limit) {
+            return Err(Error::invalid_argument("limit", format!("is {limit}; it takes 1 to 1000")));
+        }
+    }
+    let mut call = Call::get(transport.config.url("/files/metadata"));
+    if !types.is_empty() {
+        call = call.query_param("file_type", types.join(","));
+    }
+    if let Some(s) = &opts.sort {
+        call = call.query_param("sort", s.clone());
+    }
+    if let Some(o) = &opts.order {
+        call = call.query_param("order", o.clone());
+    }
+    if let Some(l) = opts.limit {
+        call = call.query_param("limit", l.to_string());
+    }
+    if let Some(c) = cursor {
+        call = call.query_param("after", c);
+    }
+    let body: Value = transport.json(&call).await?;
+    Ok(normalize_page(body))
+}
+
+fn check_name(file_id: &str, argument: &str) -> Result<(), Error> {
+    if file_id.is_empty() || file_id.contains('/') || file_id.contains('\\') {
+        return Err(Error::invalid_argument(argument, format!("{file_id:?} is not a file name (file_id is the uploaded file's base name)")));
+    }
+    Ok(())
+}
+
+/// The URL of `{prefix}/{file_id}` with the id percent-encoded as one path segment.
+fn file_url(transport: &Transport, prefix: &str, file_id: &str) -> Result<String, Error> {
+    check_name(file_id, "file_id")?;
+    let mut url = url::Url::parse(&transport.config.url(prefix))
+        .map_err(|e| Error::invalid_argument("base_url", e.to_string()))?;
+    url.path_segments_mut()
+        .map_err(|_| Error::invalid_argument("base_url", "cannot hold a path"))?
+        .push(file_id);
+    Ok(url.to_string())
+}
+
+pub async fn metadata(transport: &Transport, file_id: &str) -> Result<Value, Error> {
+    transport.json(&Call::get(file_url(transport, "/files/metadata", file_id)?)).await
+}
+
+pub async fn info(transport: &Transport) -> Result<Value, Error> {
+    transport.json(&Call::get(transport.config.url("/files/info"))).await
+}
+
+pub async fn delete(transport: &Transport, file_id: &str) -> Result<FileOpResponse, Error> {
+    let call = Call::new(Method::DELETE, file_url(transport, "/files/delete", file_id)?);
+    transport.json(&call).await
+}
+
+/// Streams a file to `dest`. Bytes go to a temporary file beside `dest` that is renamed only
+/// once the body is complete, so an interrupted download never leaves a truncated file under
+/// the real name. Returns the number of bytes written.
+pub async fn download(transport: &Transport, file_id: &str, dest: &Path) -> Result<u64, Error> {
+    let mut call = Call::get(file_url(transport, "/files/download", file_id)?);
+    call.streaming = true;
+    let dir = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if tokio::fs::metadata(&dir).await.map(|m| !m.is_dir()).unwrap_or(true) {
+        return Err(Error::invalid_argument("path", format!("the folder {} does not exist", dir.display())));
+    }
+    let stall = transport.config.timeouts.read;
+    let written = transport
+        .execute(&call, |response| {
+            let dir = dir.clone();
+            async move {
+                let expected = response.content_length();
+                let partial = PartialFile::create(&dir).await?;
+                let mut file = tokio::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&partial.path)
+                    .await
+                    .map_err(|e| Error::io(partial.path.display(), e))?;
+                let mut stream = response.bytes_stream();
+                let mut written: u64 = 0;
+                loop {
+                    let next = tokio::time::timeout(stall, stream.next()).await.map_err(|_| Error::Timeout {
+                        message: format!("download of {file_id} stalled: no data for {:.0}s", stall.as_secs_f64()),
+                    })?;
+                    match next {
+                        Some(Ok(chunk)) => {
+                            file.write_all(&chunk).await.map_err(|e| Error::io(partial.path.display(), e))?;
+                            written += chunk.len() as u64;
+                        }
+                        Some(Err(e)) => {
+                            return Err(Error::Connection {
+                                message: format!("download of {file_id} broke off after {written} bytes: {}", error_chain(&e)),
+                            })
+                        }
+                        None => break,
+                    }
+                }
+                if let Some(n) = expected {
+                    if n != written {
+                        return Err(Error::Connection {
+                            message: format!("download of {file_id} ended after {written} of {n} bytes"),
+                        });
+                    }
+                }
+                file.flush().await.map_err(|e| Error::io(partial.path.display(), e))?;
+                file.sync_all().await.map_err(|e| Error::io(partial.path.display(), e))?;
+                drop(file);
+                Ok((partial, written))
+            }
+        })
+        .await;
+    let (partial, written) = written?;
+    partial.persist(dest).await?;
+    Ok(written)
+}
+
+/// A temporary file that is removed unless persisted.
+struct PartialFile {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl PartialFile {
+    async fn create(dir: &Path) -> Result<Self, Error> {
+        let named = tempfile::Builder::new()
+            .prefix(".sensorium-download-")
+            .suffix(".partial")
+            .tempfile_in(dir)
+            .map_err(|e| Error::io(dir.display(), e))?;
+        let (_, path) = named.keep().map_err(|e| Error::io(dir.display(), e.error))?;
+        Ok(PartialFile { path, keep: false })
+    }
+
+    async fn persist(mut self, dest: &Path) -> Result<(), Error> {
+        tokio::fs::rename(&self.path, dest).await.map_err(|e| Error::io(dest.display(), e))?;
+        self.keep = true;
+        Ok(())
+    }
+}
+
+impl Drop for PartialFile {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upload_types() {
+        assert_eq!(upload_type("a.TXT", None, "path").unwrap(), "text/plain");
+        let err = upload_type("a.jsonl", None, "path").unwrap_err().to_string();
+        assert!(err.contains("direct-to-cloud"), "{err}");
+        assert!(upload_type("a.bin", None, "path").is_err());
+        assert_eq!(upload_type("a.bin", Some("image/png"), "path").unwrap(), "image/png");
+    }
+}

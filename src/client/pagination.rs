@@ -1,0 +1,53 @@
+//! Lists: every page shape the platform has used, normalised to one cursor page.
+
+use serde_json::Value;
+
+use crate::wire::page::CursorPage;
+
+/// Reads a list response: `{data, has_more, next_cursor, prev_cursor}` (1.1.11 on), a bare
+/// array (some file listings), or `{<entity>: [...]}` with a single array field. Pages with
+/// `has_more` but no cursor are treated as the last page, so iteration always ends.
+pub fn normalize_page(body: Value) -> CursorPage<Value> {
+    match body {
+        Value::Array(items) => CursorPage { data: items, ..Default::default() },
+        Value::Object(mut map) => {
+            let data = match map.remove("data") {
+                Some(Value::Array(items)) => items,
+                _ => {
+                    let arrays: Vec<String> =
+                        map.iter().filter(|(_, v)| v.is_array()).map(|(k, _)| k.clone()).collect();
+                    match arrays.as_slice() {
+                        [only] => match map.remove(only) {
+                            Some(Value::Array(items)) => items,
+                            _ => Vec::new(),
+                        },
+                        _ => Vec::new(),
+                    }
+                }
+            };
+            let text = |v: Option<&Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+            let next_cursor = text(map.get("next_cursor"));
+            let has_more = map.get("has_more").and_then(Value::as_bool).unwrap_or(false) && next_cursor.is_some();
+            CursorPage { data, has_more, next_cursor, prev_cursor: text(map.get("prev_cursor")) }
+        }
+        _ => CursorPage::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_shape() {
+        let p = normalize_page(json!({"data": [1, 2], "has_more": true, "next_cursor": "c2", "prev_cursor": null}));
+        assert_eq!((p.data.len(), p.has_more, p.next_cursor.as_deref()), (2, true, Some("c2")));
+        let p = normalize_page(json!([1, 2, 3]));
+        assert_eq!((p.data.len(), p.has_more), (3, false));
+        let p = normalize_page(json!({"files": [1], "total": 1}));
+        assert_eq!(p.data.len(), 1);
+        let p = normalize_page(json!({"data": [], "has_more": true, "next_cursor": null}));
+        assert!(!p.has_more, "has_more without a cursor would loop forever");
+    }
+}

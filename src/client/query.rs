@@ -1,0 +1,442 @@
+//! `POST /query`: checks a request before it is sent, sends it, and reads the two kinds of
+//! output (reasoning text, encoder embeddings).
+
+use bytes::Bytes;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::error::Error;
+use super::transport::{decode_json, read_body, Call, Transport};
+use crate::wire::files::QUERY_FILE_EXTENSIONS;
+use crate::wire::query::{field_kind, FieldKind, QueryRequest, QueryResponse, EVENT_TYPES};
+
+/// The dimension of one embedding, per the spec.
+pub const EMBEDDING_DIM: usize = 768;
+
+/// Checks every optional field against the spec's table and builds the JSON body.
+/// `events` are already-serialised event objects (see `check_event`).
+pub fn build_request(
+    model: &str,
+    query: &str,
+    fields: Map<String, Value>,
+    events: Option<Vec<Box<RawValue>>>,
+) -> Result<Bytes, Error> {
+    if model.trim().is_empty() {
+        return Err(Error::invalid_argument(
+            "model",
+            "must be a versioned model id such as 'Reasoner::<version>' or 'Encoder::<version>'; \
+             client.models.list() shows the ones your organization can use",
+        ));
+    }
+    for (name, value) in &fields {
+        let kind = field_kind(name).ok_or_else(|| {
+            Error::invalid_argument(name, "is not a /query request field")
+        })?;
+        check_kind(name, kind, value)?;
+        if name == "file_ids" {
+            check_file_ids(value)?;
+        }
+    }
+    let request = QueryRequest { model: model.to_string(), query: query.to_string(), fields, events };
+    serde_json::to_vec(&request)
+        .map(Bytes::from)
+        .map_err(|e| Error::invalid_argument("query", format!("cannot be serialised: {e}")))
+}
+
+fn check_kind(name: &str, kind: FieldKind, value: &Value) -> Result<(), Error> {
+    let ok = match kind {
+        FieldKind::String => value.is_string(),
+        FieldKind::StringList => value.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+        FieldKind::Integer => value.is_i64() || value.is_u64(),
+        FieldKind::Number => value.is_number(),
+        FieldKind::Boolean => value.is_boolean(),
+        FieldKind::Object => value.is_object(),
+        FieldKind::Events => value.is_array(),
+    };
+    if ok {
+        return Ok(());
+    }
+    let expected = match kind {
+        FieldKind::String => "a string",
+        FieldKind::StringList => "a list of strings",
+        FieldKind::Integer => "an integer",
+        FieldKind::Number => "a number",
+        FieldKind::Boolean => "a boolean",
+        FieldKind::Object => "a dict",
+        FieldKind::Events => "a list of events",
+    };
+    Err(Error::invalid_argument(name, format!("must be {expected}, got {}", json_type(value))))
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "None",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_f64() => "a float",
+        Value::Number(_) => "an integer",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a dict",
+    }
+}
+
+/// `file_ids` take file names (`file_id`), whose extension decides how the file is read. A
+/// `fil_` uid is the classic mistake: the service rejects it as `unsupported_file_type`.
+fn check_file_ids(value: &Value) -> Result<(), Error> {
+    let Some(ids) = value.as_array() else { return Ok(()) };
+    for (i, id) in ids.iter().filter_map(Value::as_str).enumerate() {
+        if id.starts_with("fil_") {
+            return Err(Error::invalid_argument(
+                "file_ids",
+                format!(
+                    "file_ids[{i}] is {id:?}, a file_uid; file_ids take the file_id (the uploaded \
+                     file's name, e.g. 'notes.txt'), which FileRecord.file_id gives"
+                ),
+            ));
+        }
+        let ext = id.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase());
+        if !ext.as_deref().is_some_and(|e| QUERY_FILE_EXTENSIONS.contains(&e)) {
+            return Err(Error::invalid_argument(
+                "file_ids",
+                format!(
+                    "file_ids[{i}] is {id:?}, which has no supported extension; /query reads \
+                     files ending in {}",
+                    QUERY_FILE_EXTENSIONS.iter().map(|e| format!(".{e}")).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks one event given as a plain dict and serialises it.
+pub fn check_event(index: usize, event: &Value) -> Result<Box<RawValue>, Error> {
+    let arg = format!("events[{index}]");
+    let obj = event
+        .as_object()
+        .ok_or_else(|| Error::invalid_argument(&arg, "must be a dict {'type': ..., 'event_data': {...}}"))?;
+    let kind = obj.get("type").and_then(Value::as_str).ok_or_else(|| {
+        Error::invalid_argument(&arg, "needs a 'type' string; sensorium.events builds events for you")
+    })?;
+    if !EVENT_TYPES.contains(&kind) {
+        return Err(Error::invalid_argument(
+            &arg,
+            format!("has type {kind:?}; the platform knows {}", EVENT_TYPES.join(", ")),
+        ));
+    }
+    let data = obj.get("event_data").and_then(Value::as_object).ok_or_else(|| {
+        Error::invalid_argument(&arg, "needs an 'event_data' dict with the event's 'contents'")
+    })?;
+    if kind == "data.json" {
+        match data.get("contents") {
+            Some(Value::String(_)) => {}
+            Some(other) => {
+                return Err(Error::invalid_argument(
+                    &arg,
+                    format!(
+                        "is a data.json event whose contents are {}; the platform requires a \
+                         serialised JSON string (it answers 400 invalid_parameter_type otherwise). \
+                         Use sensorium.events.json(obj), or json.dumps(obj) as the contents",
+                        json_type(other)
+                    ),
+                ))
+            }
+            None => return Err(Error::invalid_argument(&arg, "is a data.json event without 'contents'")),
+        }
+    }
+    serde_json::value::to_raw_value(event)
+        .map_err(|e| Error::invalid_argument(&arg, format!("cannot be serialised: {e}")))
+}
+
+/// Sends a query and returns the parsed response with its raw body. A 200 with
+/// `status: "failed"` becomes `Error::QueryFailed`.
+pub async fn run(transport: &Transport, body: Bytes) -> Result<(QueryResponse, Bytes), Error> {
+    let call = Call::post_json(transport.config.url("/query"), body);
+    transport
+        .execute(&call, |response| async move {
+            let url = response.url().to_string();
+            let raw = read_body(response).await?;
+            let parsed: QueryResponse = decode_json(&url, &raw)?;
+            Ok((parsed, raw))
+        })
+        .await
+        .and_then(|(parsed, raw)| {
+            if parsed.status.as_deref() == Some("failed") {
+                let response = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+                return Err(Error::QueryFailed {
+                    query_id: parsed.query_id.clone().unwrap_or_default(),
+                    error_msg: parsed.error_msg.clone().unwrap_or_else(|| "(no error_msg given)".into()),
+                    response,
+                });
+            }
+            Ok((parsed, raw))
+        })
+}
+
+/// The output strings of a reasoning response. The spec puts them at `response.response`;
+/// older payloads put the list at `response` itself, or a plain string.
+pub fn output_texts(response: &QueryResponse) -> Vec<String> {
+    fn strings(v: &Value) -> Option<Vec<String>> {
+        match v {
+            Value::String(s) => Some(vec![s.clone()]),
+            Value::Array(items) => Some(
+                items
+                    .iter()
+                    .map(|i| match i {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+    match &response.response {
+        Value::Object(map) => map.get("response").and_then(strings).unwrap_or_default(),
+        other => strings(other).unwrap_or_default(),
+    }
+}
+
+/// Warnings the service attached: `response.warning_messages` and the queue's `error_messages`.
+pub fn warnings(response: &QueryResponse) -> Vec<String> {
+    let mut out: Vec<String> = response
+        .response
+        .get("warning_messages")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default();
+    out.extend(response.error_messages.iter().flatten().cloned());
+    out
+}
+
+/// An encoder's output: rows of float32, parsed straight from the body without building a
+/// JSON tree (no intermediate value per element).
+#[derive(Debug, Default)]
+pub struct EmbeddingMatrix {
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Vec<f32>,
+}
+
+/// The parts of an encoder response the embedding path needs.
+#[derive(Debug, Deserialize)]
+pub struct EncoderResponse {
+    #[serde(default)]
+    pub query_id: Option<String>,
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub error_msg: Option<String>,
+    #[serde(default)]
+    pub error_messages: Option<Vec<String>>,
+    pub response: EncoderPayload,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EncoderPayload {
+    pub response: EmbeddingMatrix,
+    #[serde(default)]
+    pub warning_messages: Vec<String>,
+}
+
+impl<'de> Deserialize<'de> for EmbeddingMatrix {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_seq(MatrixVisitor)
+    }
+}
+
+struct MatrixVisitor;
+
+/// One element of the outer list: a number (flat single-channel layout) or a row.
+enum Cell {
+    Number(f32),
+    Row(Vec<f32>),
+}
+
+impl<'de> Deserialize<'de> for Cell {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CellVisitor;
+        impl<'de> Visitor<'de> for CellVisitor {
+            type Value = Cell;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a number or a list of numbers")
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Cell, E> {
+                Ok(Cell::Number(v as f32))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Cell, E> {
+                Ok(Cell::Number(v as f32))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Cell, E> {
+                Ok(Cell::Number(v as f32))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Cell, A::Error> {
+                let mut row = Vec::with_capacity(seq.size_hint().unwrap_or(EMBEDDING_DIM));
+                while let Some(v) = seq.next_element::<f32>()? {
+                    row.push(v);
+                }
+                Ok(Cell::Row(row))
+            }
+        }
+        deserializer.deserialize_any(CellVisitor)
+    }
+}
+
+impl<'de> Visitor<'de> for MatrixVisitor {
+    type Value = EmbeddingMatrix;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of 768 numbers or a list of 768-number lists")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<EmbeddingMatrix, A::Error> {
+        let mut m = EmbeddingMatrix::default();
+        let mut flat = false;
+        while let Some(cell) = seq.next_element::<Cell>()? {
+            match cell {
+                Cell::Number(v) if m.rows == 0 => {
+                    flat = true;
+                    m.data.push(v);
+                }
+                Cell::Row(row) if !flat => {
+                    if m.rows == 0 {
+                        m.cols = row.len();
+                        m.data.reserve(row.len() * 8);
+                    } else if row.len() != m.cols {
+                        return Err(de::Error::custom(format!(
+                            "embedding rows differ in length ({} and {})",
+                            m.cols,
+                            row.len()
+                        )));
+                    }
+                    m.data.extend_from_slice(&row);
+                    m.rows += 1;
+                }
+                _ => return Err(de::Error::custom("embeddings mix numbers and lists")),
+            }
+        }
+        if flat {
+            m.rows = 1;
+            m.cols = m.data.len();
+        }
+        Ok(m)
+    }
+}
+
+/// Sends an encoder query and parses the embeddings. Returns the matrix, the warnings, the
+/// query id and the raw body (for `to_dict()`).
+pub async fn run_embeddings(
+    transport: &Transport,
+    body: Bytes,
+) -> Result<(EmbeddingMatrix, Vec<String>, Option<String>, Bytes), Error> {
+    let call = Call::post_json(transport.config.url("/query"), body);
+    let (parsed, raw) = transport
+        .execute(&call, |response| async move {
+            let url = response.url().to_string();
+            let raw = read_body(response).await?;
+            // A failed query has no embeddings; read its status first.
+            let head: StatusOnly = decode_json(&url, &raw)?;
+            if head.status.as_deref() == Some("failed") {
+                return Err(Error::QueryFailed {
+                    query_id: head.query_id.unwrap_or_default(),
+                    error_msg: head.error_msg.unwrap_or_else(|| "(no error_msg given)".into()),
+                    response: serde_json::from_slice(&raw).unwrap_or(Value::Null),
+                });
+            }
+            let parsed: EncoderResponse = decode_json(&url, &raw)?;
+            Ok((parsed, raw))
+        })
+        .await?;
+    let mut warnings = parsed.response.warning_messages;
+    warnings.extend(parsed.error_messages.into_iter().flatten());
+    Ok((parsed.response.response, warnings, parsed.query_id, raw))
+}
+
+#[derive(Deserialize)]
+struct StatusOnly {
+    #[serde(default)]
+    query_id: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    error_msg: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sends_only_given_fields() {
+        let mut fields = Map::new();
+        fields.insert("max_new_tokens".into(), json!(12));
+        let body = build_request("Reasoner::x", "hi", fields, None).unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v, json!({"model": "Reasoner::x", "query": "hi", "max_new_tokens": 12}));
+    }
+
+    #[test]
+    fn rejects_wrong_types_and_unknown_fields() {
+        let mut fields = Map::new();
+        fields.insert("max_new_tokens".into(), json!("12"));
+        let err = build_request("R::x", "", fields, None).unwrap_err().to_string();
+        assert!(err.contains("max_new_tokens") && err.contains("integer"), "{err}");
+        let mut fields = Map::new();
+        fields.insert("temprature".into(), json!(0.5));
+        assert!(build_request("R::x", "", fields, None).is_err());
+    }
+
+    #[test]
+    fn file_ids_take_names() {
+        for (ids, needle) in [
+            (json!(["fil_123"]), "file_uid"),
+            (json!(["notes"]), "no supported extension"),
+            (json!(["a.txt", "b.parquet"]), "file_ids[1]"),
+        ] {
+            let mut fields = Map::new();
+            fields.insert("file_ids".into(), ids);
+            let err = build_request("R::x", "", fields, None).unwrap_err().to_string();
+            assert!(err.contains(needle), "{err}");
+        }
+        let mut fields = Map::new();
+        fields.insert("file_ids".into(), json!(["A.JPG", "b.json", "c.csv"]));
+        assert!(build_request("R::x", "", fields, None).is_ok());
+    }
+
+    #[test]
+    fn json_event_contents_must_be_a_string() {
+        let bad = json!({"type": "data.json", "event_data": {"contents": {"a": 1}}});
+        let err = check_event(0, &bad).unwrap_err().to_string();
+        assert!(err.contains("json.dumps") && err.contains("events[0]"), "{err}");
+        let good = json!({"type": "data.json", "event_data": {"contents": "{\"a\": 1}"}});
+        assert!(check_event(0, &good).is_ok());
+    }
+
+    #[test]
+    fn both_embedding_layouts_parse() {
+        let flat: EncoderPayload =
+            serde_json::from_value(json!({"response": [0.5, 1, -2.25]})).unwrap();
+        assert_eq!((flat.response.rows, flat.response.cols), (1, 3));
+        let nested: EncoderPayload = serde_json::from_value(
+            json!({"response": [[1.0, 2.0], [3.0, 4.0]], "warning_messages": ["w"]}),
+        )
+        .unwrap();
+        assert_eq!((nested.response.rows, nested.response.cols), (2, 2));
+        assert_eq!(nested.response.data, vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(nested.warning_messages, vec!["w".to_string()]);
+        assert!(serde_json::from_value::<EncoderPayload>(json!({"response": [[1.0], [1.0, 2.0]]})).is_err());
+        assert!(serde_json::from_value::<EncoderPayload>(json!({"response": [1.0, [1.0]]})).is_err());
+    }
+
+    #[test]
+    fn texts_from_every_layout() {
+        let mk = |v: Value| QueryResponse { response: v, ..Default::default() };
+        assert_eq!(output_texts(&mk(json!({"response": ["a", "b"]}))), vec!["a", "b"]);
+        assert_eq!(output_texts(&mk(json!(["a"]))), vec!["a"]);
+        assert_eq!(output_texts(&mk(json!("a"))), vec!["a"]);
+        assert!(output_texts(&mk(json!(null))).is_empty());
+    }
+}
