@@ -80,6 +80,11 @@ pub struct ApiError {
     /// The body parsed as JSON, when it was JSON.
     pub json: Option<Value>,
     pub retry_after: Option<Duration>,
+    /// Which attempt got this answer (1 for the first).
+    pub attempt: u32,
+    /// Whether an earlier attempt of the same call failed without an answer, so the server may
+    /// have acted on it (an upload may have landed although its response was lost).
+    pub after_lost_response: bool,
 }
 
 /// Statuses the spec's retry rule retries.

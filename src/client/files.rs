@@ -86,7 +86,29 @@ pub async fn upload(transport: &Transport, path: &Path, content_type: Option<&st
         streaming: true,
         ..Call::new(Method::POST, transport.config.url("/files"))
     };
-    transport.json(&call).await
+    let size = meta.len();
+    match transport.json::<FileOpResponse>(&call).await {
+        Err(Error::Api(api)) if api.status == 409 && api.after_lost_response => {
+            // An earlier attempt's response was lost; if that attempt stored the file, the 409
+            // is our own upload. Same name and same size: report it as the success it was.
+            let file_id = match &call.body {
+                RequestBody::MultipartFile { file_name, .. } => file_name.clone(),
+                _ => return Err(Error::Api(api)),
+            };
+            match metadata(transport, &file_id).await {
+                Ok(record) if record.get("num_bytes").and_then(Value::as_u64) == Some(size) => {
+                    log::debug!("upload of {file_id}: 409 after a lost response; the stored file matches, taking it as ours");
+                    Ok(FileOpResponse {
+                        is_valid: true,
+                        file_id,
+                        file_uid: record.get("file_uid").and_then(Value::as_str).map(str::to_string),
+                    })
+                }
+                _ => Err(Error::Api(api)),
+            }
+        }
+        other => other,
+    }
 }
 
 /// Uploads in-memory content through `POST /files/base64` (the multipart shape, with the

@@ -104,13 +104,22 @@ impl Transport {
     {
         let policy = &self.config.retry;
         let mut attempt: u32 = 0;
+        let mut lost_response = false;
         loop {
             attempt += 1;
             log::debug!("{} {} attempt {}", call.method, call.url, attempt);
             let outcome = match self.send_once(call, attempt).await {
                 Ok(response) => read(response).await,
+                Err(Error::Api(mut api)) => {
+                    api.attempt = attempt;
+                    api.after_lost_response = lost_response;
+                    Err(Error::Api(api))
+                }
                 Err(err) => Err(err),
             };
+            if matches!(outcome, Err(Error::Connection { .. } | Error::Timeout { .. })) {
+                lost_response = true;
+            }
             match outcome {
                 Ok(value) => return Ok(value),
                 Err(err) if err.is_retryable() && attempt <= policy.max_retries => {
@@ -243,6 +252,8 @@ impl Transport {
             body: raw,
             json,
             retry_after,
+            attempt: 1,
+            after_lost_response: false,
         }
     }
 }

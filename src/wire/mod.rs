@@ -6,3 +6,6 @@ pub mod files;
 pub mod models;
 pub mod query;
 pub mod page;
+
+#[cfg(test)]
+mod conformance;
