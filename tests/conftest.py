@@ -1,0 +1,29 @@
+"""Shared fixtures: a fresh emulator per test (so files and faults never leak between tests)
+and clients bound to it."""
+
+from __future__ import annotations
+
+import pytest
+
+from sensorium.testing import Emulator
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def emu():
+    """A fresh emulator, private to the test."""
+    with Emulator() as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def client(emu):
+    """A blocking client bound to ``emu`` with the default options."""
+    with emu.client() as c:
+        yield c
+
+
+@pytest.fixture
+def api_key(emu):
+    return emu.api_key

@@ -1,0 +1,184 @@
+"""``AsyncClient``: real awaitables on the running loop, concurrency, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from _helpers import ENCODER, REASONER, calls
+from sensorium import AsyncPager, Embeddings, FileRecord, QueryResult, events
+from sensorium.errors import (
+    APITimeoutError,
+    InternalServerError,
+    InvalidArgumentError,
+    NotFoundError,
+    QueryFailedError,
+)
+
+
+@pytest.fixture
+async def aclient(emu):
+    async with emu.async_client() as client:
+        yield client
+
+
+async def test_query(aclient):
+    result = await aclient.query(REASONER, "hello", events=[events.text("PUFFIN-8")])
+    assert isinstance(result, QueryResult)
+    assert result.status == "completed" and "PUFFIN-8" in result.text
+
+
+async def test_query_returns_a_real_awaitable(aclient):
+    pending = aclient.query(REASONER, "hello")
+    assert asyncio.iscoroutine(pending) or hasattr(pending, "__await__")
+    task = asyncio.ensure_future(pending)
+    assert isinstance(await task, QueryResult)
+
+
+@pytest.mark.timeout(30)
+async def test_gather_runs_queries_concurrently(emu, aclient):
+    emu.set_query_delay(0.5)
+    markers = [f"GANNET-{i}" for i in range(8)]
+    start = time.monotonic()
+    results = await asyncio.gather(
+        *(aclient.query(REASONER, "echo", events=[events.text(m)]) for m in markers)
+    )
+    elapsed = time.monotonic() - start
+    assert [m in r.text for m, r in zip(markers, results)] == [True] * 8
+    assert len({r.query_id for r in results}) == 8
+    # Eight 0.5 s queries one after another would take 4 s.
+    assert elapsed < 3.0
+
+
+@pytest.mark.timeout(30)
+async def test_event_loop_keeps_running_during_a_query(emu, aclient):
+    emu.set_query_delay(0.6)
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.02)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    await aclient.query(REASONER, "hi")
+    task.cancel()
+    assert ticks >= 10
+
+
+@pytest.mark.timeout(30)
+async def test_cancelling_a_pending_query_leaves_the_client_usable(emu, aclient):
+    emu.set_query_delay(5.0)
+    task = asyncio.create_task(aclient.query(REASONER, "never mind"))
+    await asyncio.sleep(0.3)
+    assert not task.done()
+    start = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - start < 1.0
+    emu.set_query_delay(0.0)
+    result = await aclient.query(REASONER, "again", events=[events.text("TERN-2")])
+    assert "TERN-2" in result.text
+
+
+@pytest.mark.timeout(30)
+async def test_wait_for_timeout_cancels_and_client_survives(emu, aclient):
+    emu.set_query_delay(3.0)
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(aclient.query(REASONER, "slow"), timeout=0.2)
+    emu.set_query_delay(0.0)
+    results = await asyncio.gather(*(aclient.query(REASONER, "fast") for _ in range(3)))
+    assert all(r.status == "completed" for r in results)
+
+
+async def test_errors_raise_from_await(emu, aclient):
+    with pytest.raises(NotFoundError):
+        await aclient.files.metadata("missing.txt")
+    with pytest.raises(InvalidArgumentError):
+        await aclient.query(REASONER, "hi", max_new_tokens="many")
+    assert calls(emu, "/query") == []
+    emu.fail_queries("async boom", times=1)
+    with pytest.raises(QueryFailedError, match="async boom"):
+        await aclient.query(REASONER, "hi")
+
+
+async def test_retries(emu):
+    emu.inject("POST", "/query", status=503, retry_after=0.02, times=2)
+    async with emu.async_client(max_retries=2) as client:
+        assert (await client.query(REASONER, "x")).status == "completed"
+    assert [r.attempt for r in calls(emu, "/query")] == [1, 2, 3]
+    emu.inject("POST", "/query", status=503, retry_after=0.02, times=None)
+    async with emu.async_client(max_retries=1) as client:
+        with pytest.raises(InternalServerError):
+            await client.query(REASONER, "x")
+
+
+async def test_timeout(emu):
+    emu.set_query_delay(2.0)
+    async with emu.async_client(timeout=0.2, max_retries=0) as client:
+        with pytest.raises(APITimeoutError):
+            await client.query(REASONER, "x")
+
+
+async def test_embed(aclient, client):
+    data = np.random.default_rng(3).normal(size=(2, 1024))
+    result = await aclient.embed(ENCODER, data)
+    assert isinstance(result, Embeddings) and result.vectors.shape == (2, 768)
+    np.testing.assert_array_equal(result.vectors, client.embed(ENCODER, data).vectors)
+    with pytest.raises(InvalidArgumentError):
+        await aclient.embed(ENCODER, np.array([np.nan]))
+
+
+async def test_files_round_trip(aclient, tmp_path):
+    for i in range(5):
+        (tmp_path / f"a{i}.txt").write_text(f"content {i}")
+        record = await aclient.files.upload(tmp_path / f"a{i}.txt")
+        assert isinstance(record, FileRecord)
+    await aclient.files.upload_base64("b.csv", b"x,y\n")
+    pager = aclient.files.list(limit=2)
+    assert isinstance(pager, AsyncPager)
+    names = [f.file_id async for f in pager]
+    assert sorted(names) == sorted([f"a{i}.txt" for i in range(5)] + ["b.csv"])
+    first = await aclient.files.list(limit=2).first_page()
+    assert len(first.data) == 2 and first.has_more
+    pages = [p async for p in aclient.files.list(limit=4).pages()]
+    assert [len(p.data) for p in pages] == [4, 2]
+    assert (await aclient.files.metadata("a3.txt")).num_bytes == len("content 3")
+    assert (await aclient.files.info())["num_files"] == 6
+    out = await aclient.files.download("a2.txt", tmp_path / "out.txt")
+    assert out.read_text() == "content 2"
+    assert (await aclient.files.delete("a2.txt")).file_id == "a2.txt"
+    with pytest.raises(NotFoundError):
+        await aclient.files.metadata("a2.txt")
+
+
+async def test_models(aclient):
+    ids = [m.id async for m in aclient.models.list(model_family="Encoder")]
+    assert ENCODER in ids and REASONER not in ids
+
+
+async def test_with_options(emu, aclient):
+    emu.inject("POST", "/query", status=503, retry_after=0.02, times=None)
+    with pytest.raises(InternalServerError):
+        await aclient.with_options(max_retries=0).query(REASONER, "x")
+    assert len(calls(emu, "/query")) == 1
+
+
+async def test_many_concurrent_mixed_calls(emu, aclient, tmp_path):
+    for i in range(4):
+        await aclient.files.upload_base64(f"m{i}.txt", f"MARK{i}".encode())
+    coros = []
+    for i in range(4):
+        coros.append(aclient.query(REASONER, "read", file_ids=[f"m{i}.txt"]))
+        coros.append(aclient.files.metadata(f"m{i}.txt"))
+        coros.append(aclient.embed(ENCODER, np.full((1, 64), float(i))))
+    results = await asyncio.gather(*coros)
+    for i in range(4):
+        assert f"MARK{i}" in results[3 * i].text
+        assert results[3 * i + 1].file_id == f"m{i}.txt"
+        assert results[3 * i + 2].vectors.shape == (1, 768)

@@ -1,0 +1,199 @@
+"""Threads, fork and Ctrl-C: one client shared by threads, a client in a forked child, and a
+blocking call interrupted by SIGINT."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from _helpers import ENCODER, REASONER, calls
+from sensorium import events
+
+
+@pytest.mark.timeout(60)
+def test_one_client_shared_by_eight_threads(emu, client):
+    emu.set_query_delay(0.05)
+    barrier = threading.Barrier(8)
+
+    def work(worker: int) -> list[bool]:
+        barrier.wait()
+        ok = []
+        for i in range(5):
+            marker = f"THREAD{worker}-CALL{i}"
+            ok.append(marker in client.query(REASONER, "echo", events=[events.text(marker)]).text)
+            ok.append(client.embed(ENCODER, np.full((1, 16), float(worker))).vectors.shape == (1, 768))
+        return ok
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(work, range(8)))
+    assert all(all(r) for r in results)
+    assert len(calls(emu, "/query")) == 8 * 10
+
+
+@pytest.mark.timeout(60)
+def test_threads_share_a_client_across_files(client, tmp_path):
+    def upload(i: int) -> str:
+        return client.files.upload_base64(f"t{i}.txt", f"thread {i}".encode()).file_id
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        names = list(pool.map(upload, range(16)))
+    assert sorted(names) == sorted(f"t{i}.txt" for i in range(16))
+    assert client.files.info()["num_files"] == 16
+
+
+@pytest.mark.timeout(30)
+def test_blocking_call_releases_the_gil(emu, client):
+    emu.set_query_delay(0.8)
+    done = threading.Event()
+    counter = 0
+
+    def query():
+        client.query(REASONER, "slow")
+        done.set()
+
+    thread = threading.Thread(target=query)
+    thread.start()
+    while not done.is_set():
+        counter += 1
+        time.sleep(0)
+    thread.join()
+    # Python kept running in this thread while the other one waited on the network.
+    assert counter > 1000
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_client_in_forked_child(emu, client):
+    # The parent has used the runtime before forking; the child must build its own.
+    assert client.query(REASONER, "parent before fork").status == "completed"
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 1
+        try:
+            os.close(read_fd)
+            import sensorium
+
+            with sensorium.Client(emu.api_key, emu.base_url, max_retries=0, timeout=20) as child:
+                text = child.query(REASONER, "child", events=[events.text("FORKED-CHILD")]).text
+                vectors = child.embed(ENCODER, np.ones((2, 32))).vectors
+                ok = "FORKED-CHILD" in text and vectors.shape == (2, 768)
+            os.write(write_fd, b"ok" if ok else b"bad")
+            code = 0 if ok else 1
+        except BaseException as e:  # noqa: BLE001 - report anything to the parent
+            try:
+                os.write(write_fd, repr(e).encode()[:500])
+            except Exception:
+                pass
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    deadline = time.monotonic() + 45
+    status = None
+    while time.monotonic() < deadline:
+        waited, status = os.waitpid(pid, os.WNOHANG)
+        if waited:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung")
+    with os.fdopen(read_fd, "rb") as f:
+        report = f.read().decode(errors="replace")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, report
+    assert report == "ok"
+    # The parent's client still works after the child is gone.
+    assert client.query(REASONER, "parent after fork").status == "completed"
+
+
+CTRL_C_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    import sensorium
+
+    client = sensorium.Client(max_retries=0)
+    print("START", flush=True)
+    start = time.monotonic()
+    try:
+        client.query("{model}", "this takes long")
+        print("RETURNED", flush=True)
+        sys.exit(3)
+    except KeyboardInterrupt:
+        print("KBI %.3f" % (time.monotonic() - start), flush=True)
+    # The client survives the interrupt.
+    assert sys.stdin.readline().strip() == "go"
+    print("AGAIN", client.query("{model}", "quick").status, flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_interrupts_a_blocking_query(emu, tmp_path):
+    emu.set_query_delay(30.0)
+    script = tmp_path / "child.py"
+    script.write_text(CTRL_C_CHILD.replace("{model}", REASONER))
+    env = dict(os.environ, SENSORIUM_API_KEY=emu.api_key, SENSORIUM_BASE_URL=emu.base_url)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "START"
+        time.sleep(0.7)  # let the request reach the emulator and block
+        assert proc.poll() is None
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        line = proc.stdout.readline().strip()
+        reacted = time.monotonic() - sent
+        assert line.startswith("KBI"), (line, proc.stderr.read() if proc.poll() is not None else "")
+        assert reacted < 1.0
+        emu.set_query_delay(0.0)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=30)
+        assert "AGAIN completed" in out, err
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_with_default_handler_exits_the_process(emu, tmp_path):
+    """An uncaught KeyboardInterrupt ends the program the usual way (no Rust handler swallows it)."""
+    emu.set_query_delay(30.0)
+    script = tmp_path / "child.py"
+    script.write_text(
+        "import sensorium\n"
+        "c = sensorium.Client(max_retries=0)\n"
+        "print('START', flush=True)\n"
+        f"c.query('{REASONER}', 'x')\n"
+    )
+    env = dict(os.environ, SENSORIUM_API_KEY=emu.api_key, SENSORIUM_BASE_URL=emu.base_url)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "START"
+        time.sleep(0.7)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+        assert "KeyboardInterrupt" in err
+        assert proc.returncode != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,221 @@
+"""Configuration: keys and base URLs from arguments or the environment, options, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import sensorium
+from _helpers import REASONER, calls, header
+from sensorium.errors import (
+    AuthenticationError,
+    ConfigurationError,
+    InvalidArgumentError,
+    SensoriumError,
+)
+
+
+@pytest.fixture
+def no_env(monkeypatch):
+    monkeypatch.delenv("SENSORIUM_API_KEY", raising=False)
+    monkeypatch.delenv("SENSORIUM_BASE_URL", raising=False)
+
+
+def root_of(emu) -> str:
+    url = emu.base_url.rstrip("/")
+    return url[: -len("/v0.5")] if url.endswith("/v0.5") else url
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v0.5", "/v0.5/"])
+def test_base_url_with_or_without_version_path(emu, no_env, suffix):
+    with sensorium.Client(emu.api_key, root_of(emu) + suffix) as client:
+        assert client.base_url == root_of(emu) + "/v0.5"
+        assert client.files.info()["num_files"] == 0
+    (request,) = calls(emu, "/files/info")
+    assert request.path == "/v0.5/files/info"
+
+
+def test_environment_supplies_key_and_url(emu, no_env, monkeypatch):
+    monkeypatch.setenv("SENSORIUM_API_KEY", emu.api_key)
+    monkeypatch.setenv("SENSORIUM_BASE_URL", emu.base_url)
+    with sensorium.Client() as client:
+        assert client.query(REASONER, "hello").status == "completed"
+
+
+def test_arguments_take_precedence_over_environment(emu, no_env, monkeypatch):
+    monkeypatch.setenv("SENSORIUM_API_KEY", "sk-not-a-real-key")
+    monkeypatch.setenv("SENSORIUM_BASE_URL", "http://127.0.0.1:9/v0.5")
+    with sensorium.Client(api_key=emu.api_key, base_url=emu.base_url) as client:
+        assert client.files.info()["num_files"] == 0
+    # And the other way round: a wrong explicit key is used even though the environment's is right.
+    monkeypatch.setenv("SENSORIUM_API_KEY", emu.api_key)
+    with sensorium.Client(api_key="sk-wrong-key-0000", base_url=emu.base_url, max_retries=0) as client:
+        with pytest.raises(AuthenticationError):
+            client.files.info()
+
+
+def test_missing_key_names_both_ways_to_set_it(no_env):
+    with pytest.raises(ConfigurationError) as info:
+        sensorium.Client(base_url="http://127.0.0.1:1")
+    msg = str(info.value)
+    assert "api_key" in msg and "SENSORIUM_API_KEY" in msg
+    assert "SENSORIUM_BASE_URL" not in msg
+    assert isinstance(info.value, ValueError) and isinstance(info.value, SensoriumError)
+
+
+def test_missing_base_url_names_both_ways_to_set_it(no_env):
+    with pytest.raises(ConfigurationError) as info:
+        sensorium.Client(api_key="sk-some-key")
+    msg = str(info.value)
+    assert "base_url" in msg and "SENSORIUM_BASE_URL" in msg
+    assert "SENSORIUM_API_KEY" not in msg
+
+
+def test_missing_both_names_all_four(no_env):
+    with pytest.raises(ConfigurationError) as info:
+        sensorium.Client()
+    msg = str(info.value)
+    for needle in ("api_key", "SENSORIUM_API_KEY", "base_url", "SENSORIUM_BASE_URL"):
+        assert needle in msg
+
+
+def test_blank_values_count_as_missing(no_env, monkeypatch):
+    monkeypatch.setenv("SENSORIUM_API_KEY", "   ")
+    with pytest.raises(ConfigurationError, match="SENSORIUM_API_KEY"):
+        sensorium.Client(base_url="http://127.0.0.1:1")
+    with pytest.raises(ConfigurationError, match="SENSORIUM_BASE_URL"):
+        sensorium.Client(api_key="sk-x", base_url="")
+
+
+def test_async_client_reads_the_same_configuration(no_env):
+    with pytest.raises(ConfigurationError, match="SENSORIUM_API_KEY"):
+        sensorium.AsyncClient(base_url="http://127.0.0.1:1")
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com", "not a url", "127.0.0.1:8000"])
+def test_malformed_base_url_is_rejected(no_env, url):
+    with pytest.raises(ValueError) as info:
+        sensorium.Client(api_key="sk-some-key", base_url=url)
+    assert isinstance(info.value, SensoriumError)
+    assert "base_url" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs, argument",
+    [
+        ({"timeout": -1.0}, "timeout"),
+        ({"timeout": 0.0}, "timeout"),
+        ({"connect_timeout": 0.0}, "connect_timeout"),
+        ({"read_timeout": float("nan")}, "read_timeout"),
+        ({"max_retries": -1}, "max_retries"),
+    ],
+)
+def test_invalid_options_are_rejected(emu, kwargs, argument):
+    with pytest.raises(InvalidArgumentError) as info:
+        sensorium.Client(emu.api_key, emu.base_url, **kwargs)
+    assert argument in str(info.value)
+    with sensorium.Client(emu.api_key, emu.base_url) as client:
+        with pytest.raises(InvalidArgumentError):
+            client.with_options(**kwargs)
+
+
+def test_timeout_none_means_no_limit(emu):
+    with sensorium.Client(emu.api_key, emu.base_url, timeout=None) as client:
+        assert client.timeout is None
+        assert client.query(REASONER, "hi").status == "completed"
+
+
+def test_with_options_returns_a_configured_copy(client):
+    copy = client.with_options(timeout=5.0, max_retries=0)
+    assert copy is not client
+    assert (copy.timeout, copy.max_retries) == (5.0, 0)
+    assert (client.timeout, client.max_retries) == (600.0, 2)
+    assert copy.base_url == client.base_url
+    # Options not given stay as they were.
+    again = copy.with_options(max_retries=3)
+    assert (again.timeout, again.max_retries) == (5.0, 3)
+
+
+def test_with_options_timeout_applies_to_calls(emu, client):
+    emu.set_query_delay(1.5)
+    with pytest.raises(sensorium.errors.APITimeoutError):
+        client.with_options(timeout=0.2, max_retries=0).query(REASONER, "slow")
+    assert len(calls(emu, "/query")) <= 1
+
+
+def test_default_headers_are_sent_and_overridable(emu):
+    with sensorium.Client(emu.api_key, emu.base_url, default_headers={"X-Team": "vision"}) as client:
+        client.files.info()
+        assert header(emu.requests[-1], "x-team") == "vision"
+        client.with_options(default_headers={"X-Team": "audio"}).files.info()
+        assert header(emu.requests[-1], "x-team") == "audio"
+        client.files.info()
+        assert header(emu.requests[-1], "x-team") == "vision"
+
+
+def test_default_headers_cannot_replace_authorization(emu):
+    with pytest.raises(InvalidArgumentError, match="api_key"):
+        sensorium.Client(emu.api_key, emu.base_url, default_headers={"Authorization": "Bearer other"})
+
+
+def test_user_agent_and_retry_count_headers(emu, client):
+    client.files.info()
+    request = emu.requests[-1]
+    assert (header(request, "user-agent") or "").startswith("sensorium-python/")
+    assert header(request, "x-sensorium-retry-count") == "0"
+    assert request.attempt == 1
+
+
+def test_context_manager_closes_client(emu):
+    with emu.client() as client:
+        client.files.info()
+    with pytest.raises(RuntimeError, match="closed"):
+        client.files.info()
+    with pytest.raises(RuntimeError, match="closed"):
+        client.query(REASONER, "hi")
+    with pytest.raises(RuntimeError, match="closed"):
+        list(client.models.list())
+    assert "closed" in repr(client)
+
+
+def test_close_is_idempotent_and_blocks_with_options(client):
+    client.close()
+    client.close()
+    with pytest.raises(RuntimeError):
+        client.with_options(max_retries=0)
+
+
+def test_closing_a_copy_leaves_the_original_open(client):
+    copy = client.with_options(max_retries=0)
+    copy.close()
+    assert client.files.info()["num_files"] == 0
+
+
+def test_repr_shows_base_url(emu, client):
+    text = repr(client)
+    assert "Client" in text and client.base_url in text
+    assert emu.api_key not in text
+
+
+async def test_async_client_context_and_aclose(emu):
+    async with emu.async_client() as client:
+        assert (await client.files.info())["num_files"] == 0
+        assert "AsyncClient" in repr(client)
+    with pytest.raises(RuntimeError, match="closed"):
+        await client.files.info()
+    other = emu.async_client()
+    await other.aclose()
+    with pytest.raises(RuntimeError, match="closed"):
+        await other.query(REASONER, "hi")
+
+
+def test_async_client_from_environment(emu, no_env, monkeypatch):
+    monkeypatch.setenv("SENSORIUM_API_KEY", emu.api_key)
+    monkeypatch.setenv("SENSORIUM_BASE_URL", emu.base_url)
+
+    async def main():
+        async with sensorium.AsyncClient() as client:
+            return await client.query(REASONER, "hello")
+
+    assert asyncio.run(main()).status == "completed"

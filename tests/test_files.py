@@ -1,0 +1,380 @@
+"""``client.files``: upload, list, metadata, info, download and delete, per organization."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+
+import pytest
+
+from _helpers import REASONER, calls
+from sensorium import FileRecord, Page, SyncPager
+from sensorium.errors import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    BadRequestError,
+    ConflictError,
+    InvalidArgumentError,
+    NotFoundError,
+    PayloadTooLargeError,
+)
+
+
+def make(tmp_path: Path, name: str, content: bytes | str) -> Path:
+    path = tmp_path / name
+    if isinstance(content, str):
+        path.write_text(content)
+    else:
+        path.write_bytes(content)
+    return path
+
+
+def leftovers(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if "partial" in p.name or p.name.startswith(".sensorium")]
+
+
+def test_upload_returns_the_record(emu, client, tmp_path):
+    path = make(tmp_path, "notes.txt", "hello world\n")
+    record = client.files.upload(path)
+    assert isinstance(record, FileRecord)
+    assert record.file_id == "notes.txt"
+    assert isinstance(record.file_uid, str) and record.file_uid
+    assert record.is_valid is True
+    assert record.to_dict()["file_id"] == "notes.txt"
+    (request,) = calls(emu, "/files", "POST")
+    assert request.body_len >= path.stat().st_size
+
+
+def test_upload_accepts_str_path(client, tmp_path):
+    path = make(tmp_path, "a.csv", "x,y\n1,2\n")
+    assert client.files.upload(str(path)).file_id == "a.csv"
+
+
+def test_metadata_reports_size_and_type(client, tmp_path):
+    client.files.upload(make(tmp_path, "table.csv", "a,b\n1,2\n"))
+    client.files.upload(make(tmp_path, "pic.PNG", b"\x89PNG\r\n\x1a\n" + b"\0" * 100))
+    meta = client.files.metadata("table.csv")
+    assert (meta.file_id, meta.num_bytes, meta.file_type) == ("table.csv", 8, "text/csv")
+    assert meta.created_at is not None
+    assert client.files.metadata("pic.PNG").file_type == "image/png"
+
+
+def test_unknown_extension_uses_content_type(client, tmp_path):
+    path = make(tmp_path, "readme.md", "# notes")
+    record = client.files.upload(path, content_type="text/plain")
+    assert client.files.metadata(record.file_id).file_type == "text/plain"
+
+
+def test_extension_wins_over_content_type(client, tmp_path):
+    client.files.upload(make(tmp_path, "t.txt", "x"), content_type="image/png")
+    assert client.files.metadata("t.txt").file_type == "text/plain"
+
+
+def test_unknown_extension_without_content_type_is_rejected(emu, client, tmp_path):
+    with pytest.raises(InvalidArgumentError, match="content_type"):
+        client.files.upload(make(tmp_path, "blob.bin", b"\0\1"))
+    assert calls(emu, "/files", "POST") == []
+
+
+@pytest.mark.parametrize("name", ["train.jsonl", "TRAIN.JSONL", "rows.ndjson"])
+def test_jsonl_needs_direct_to_cloud_upload(emu, client, tmp_path, name):
+    path = make(tmp_path, name, '{"a": 1}\n{"a": 2}\n')
+    with pytest.raises(InvalidArgumentError, match="direct-to-cloud"):
+        client.files.upload(path)
+    with pytest.raises(InvalidArgumentError, match="direct-to-cloud"):
+        client.files.upload(path, content_type="text/plain")
+    with pytest.raises(InvalidArgumentError, match="direct-to-cloud"):
+        client.files.upload_base64(name, b'{"a": 1}\n')
+    assert emu.requests == []
+
+
+def test_existing_name_is_a_conflict_and_not_retried(emu, client, tmp_path):
+    path = make(tmp_path, "dup.txt", "first")
+    client.files.upload(path)
+    path.write_text("second version")
+    with pytest.raises(ConflictError) as info:
+        client.files.upload(path)
+    err = info.value
+    assert err.status == 409 and err.code == "file_already_exists"
+    assert len(calls(emu, "/files", "POST")) == 2
+    assert client.files.metadata("dup.txt").num_bytes == len("first")
+
+
+def test_missing_path_and_directory_are_rejected(emu, client, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        client.files.upload(tmp_path / "absent.txt")
+    folder = tmp_path / "folder.txt"
+    folder.mkdir()
+    with pytest.raises(InvalidArgumentError, match="not a regular file"):
+        client.files.upload(folder)
+    assert emu.requests == []
+
+
+def test_upload_base64_from_bytes_and_base64_text(client, tmp_path):
+    content = bytes(range(256)) * 4
+    record = client.files.upload_base64("raw.csv", content)
+    assert record.file_id == "raw.csv"
+    assert client.files.download("raw.csv", tmp_path / "raw.csv").read_bytes() == content
+    client.files.upload_base64("b64.txt", base64.b64encode(b"hello from base64").decode())
+    assert client.files.download("b64.txt", tmp_path / "b64.txt").read_bytes() == b"hello from base64"
+    assert client.files.metadata("raw.csv").num_bytes == len(content)
+
+
+def test_upload_base64_rejects_bad_input(emu, client):
+    with pytest.raises(InvalidArgumentError, match="base64"):
+        client.files.upload_base64("x.txt", "this is not base64!!")
+    with pytest.raises(InvalidArgumentError):
+        client.files.upload_base64("x.txt", 12345)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        client.files.upload_base64("dir/x.txt", b"x")
+    assert emu.requests == []
+
+
+def test_upload_over_the_limit_is_413_and_not_retried(tmp_path):
+    from sensorium.testing import Emulator
+
+    with Emulator(max_upload_bytes=1000) as emu, emu.client() as client:
+        client.files.upload(make(tmp_path, "small.txt", "x" * 1000))
+        with pytest.raises(PayloadTooLargeError) as info:
+            client.files.upload(make(tmp_path, "big.txt", "x" * 1001))
+        assert info.value.status == 413
+        assert len(calls(emu, "/files", "POST")) == 2
+        assert [f.file_id for f in client.files.list()] == ["small.txt"]
+
+
+def test_list_is_lazy_and_complete(emu, client, tmp_path):
+    names = {f"f{i}.txt" for i in range(7)}
+    for name in names:
+        client.files.upload(make(tmp_path, name, name))
+    emu.clear_requests()
+    pager = client.files.list(limit=3)
+    assert isinstance(pager, SyncPager)
+    assert emu.requests == []
+    it = iter(pager)
+    next(it)
+    assert len(calls(emu, "/files/metadata")) == 1
+    rest = list(it)
+    assert len(calls(emu, "/files/metadata")) == 3
+    assert len(rest) == 6
+    listed = [f.file_id for f in client.files.list(limit=3)]
+    assert sorted(listed) == sorted(names) and len(listed) == len(set(listed))
+
+
+def test_pages_by_hand(client, tmp_path):
+    for i in range(5):
+        client.files.upload(make(tmp_path, f"p{i}.txt", "x"))
+    pager = client.files.list(limit=2)
+    first = pager.first_page()
+    assert isinstance(first, Page)
+    assert len(first.data) == 2 and first.has_more and first.next_cursor
+    pages = list(pager.pages())
+    assert [len(p.data) for p in pages] == [2, 2, 1]
+    assert not pages[-1].has_more
+    resumed = [f.file_id for f in client.files.list(limit=2, after=first.next_cursor)]
+    assert resumed == [f.file_id for p in pages[1:] for f in p.data]
+
+
+def test_list_newest_first_by_default(client, tmp_path):
+    for name in ("old.txt", "mid.txt", "new.txt"):
+        client.files.upload(make(tmp_path, name, "x"))
+    assert [f.file_id for f in client.files.list()] == ["new.txt", "mid.txt", "old.txt"]
+
+
+def test_list_sorting(client, tmp_path):
+    sizes = {"b.txt": 30, "a.txt": 10, "c.txt": 20}
+    for name, size in sizes.items():
+        client.files.upload(make(tmp_path, name, "x" * size))
+    assert [f.file_id for f in client.files.list(sort="file_id", order="asc")] == ["a.txt", "b.txt", "c.txt"]
+    assert [f.file_id for f in client.files.list(sort="file_id", order="desc")] == ["c.txt", "b.txt", "a.txt"]
+    assert [f.num_bytes for f in client.files.list(sort="num_bytes", order="desc")] == [30, 20, 10]
+    assert [f.num_bytes for f in client.files.list(sort="num_bytes", order="asc")] == [10, 20, 30]
+
+
+def test_list_filters_by_type(emu, client, tmp_path):
+    client.files.upload(make(tmp_path, "a.txt", "x"))
+    client.files.upload(make(tmp_path, "b.csv", "x"))
+    client.files.upload(make(tmp_path, "c.json", "{}"))
+    assert [f.file_id for f in client.files.list(file_type="text/csv")] == ["b.csv"]
+    both = {f.file_id for f in client.files.list(file_type=["text/csv", "application/json"])}
+    assert both == {"b.csv", "c.json"}
+    assert {f.file_id for f in client.files.list(file_type="text/plain, ,text/csv")} == {"a.txt", "b.csv"}
+    assert "file_type=" in emu.requests[-1].query
+
+
+@pytest.mark.parametrize(
+    "kwargs, argument",
+    [
+        ({"sort": "size"}, "sort"),
+        ({"order": "up"}, "order"),
+        ({"limit": 0}, "limit"),
+        ({"limit": 1001}, "limit"),
+        ({"file_type": [f"type/x{i}" for i in range(51)]}, "file_type"),
+    ],
+)
+def test_list_arguments_are_checked(emu, client, kwargs, argument):
+    with pytest.raises(InvalidArgumentError, match=argument):
+        list(client.files.list(**kwargs))
+    assert emu.requests == []
+
+
+def test_made_up_cursor_is_a_bad_request(client):
+    with pytest.raises(BadRequestError) as info:
+        client.files.list(after="not-a-real-cursor").first_page()
+    assert info.value.code == "invalid_cursor"
+
+
+def test_info_summarises_storage(client, tmp_path):
+    assert client.files.info() == {"num_files": 0, "num_bytes": 0}
+    client.files.upload(make(tmp_path, "a.txt", "12345"))
+    client.files.upload(make(tmp_path, "b.txt", "123"))
+    info = client.files.info()
+    assert (info["num_files"], info["num_bytes"]) == (2, 8)
+
+
+def test_download_to_a_file_path(client, tmp_path):
+    content = os.urandom(3 * 1024 * 1024 + 17)
+    client.files.upload_base64("blob.png", content)
+    out = tmp_path / "out" / "copy.png"
+    out.parent.mkdir()
+    result = client.files.download("blob.png", out)
+    assert result == out
+    assert out.read_bytes() == content
+    assert leftovers(out.parent) == []
+
+
+def test_download_into_a_folder_uses_the_file_name(client, tmp_path):
+    client.files.upload(make(tmp_path, "src.txt", "abc"))
+    folder = tmp_path / "downloads"
+    folder.mkdir()
+    result = client.files.download("src.txt", folder)
+    assert result == folder / "src.txt"
+    assert result.read_text() == "abc"
+    assert client.files.download("src.txt", str(folder)) == folder / "src.txt"
+    assert sorted(p.name for p in folder.iterdir()) == ["src.txt"]
+
+
+def test_download_replaces_an_existing_file(client, tmp_path):
+    client.files.upload(make(tmp_path, "new.txt", "fresh"))
+    out = make(tmp_path, "target.txt", "stale content that is longer")
+    client.files.download("new.txt", out)
+    assert out.read_text() == "fresh"
+
+
+def test_download_missing_file_leaves_nothing(emu, client, tmp_path):
+    out = tmp_path / "never.txt"
+    with pytest.raises(NotFoundError) as info:
+        client.files.download("never.txt", out)
+    assert info.value.code == "file_not_found"
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+    assert len(calls(emu, "/files/download/never.txt")) == 1
+
+
+def test_download_into_missing_folder_is_rejected(emu, client, tmp_path):
+    client.files.upload(make(tmp_path, "a.txt", "x"))
+    with pytest.raises(InvalidArgumentError, match="does not exist"):
+        client.files.download("a.txt", tmp_path / "nope" / "a.txt")
+    assert calls(emu, "/files/download/a.txt") == []
+
+
+def test_truncated_download_is_retried_and_complete(emu, tmp_path):
+    content = os.urandom(200_000)
+    with emu.client(max_retries=2) as client:
+        client.files.upload_base64("data.jpg", content)
+        emu.inject("GET", "/files/download/data.jpg", action="truncate", times=1)
+        out = client.files.download("data.jpg", tmp_path / "data.jpg")
+    assert out.read_bytes() == content
+    assert [r.attempt for r in calls(emu, "/files/download/data.jpg")] == [1, 2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.jpg"]
+
+
+def test_download_that_keeps_breaking_leaves_no_file(emu, tmp_path):
+    content = os.urandom(100_000)
+    with emu.client(max_retries=1) as client:
+        client.files.upload_base64("data.jpg", content)
+        emu.inject("GET", "/files/download/data.jpg", action="truncate", times=5)
+        out = tmp_path / "data.jpg"
+        with pytest.raises(APIConnectionError):
+            client.files.download("data.jpg", out)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+    assert len(calls(emu, "/files/download/data.jpg")) == 2
+
+
+@pytest.mark.timeout(30)
+def test_stalled_download_times_out_on_read_timeout(emu, tmp_path):
+    content = os.urandom(100_000)
+    with emu.client(max_retries=0, read_timeout=0.5) as client:
+        client.files.upload_base64("data.png", content)
+        emu.inject("GET", "/files/download/data.png", action="stall", times=1)
+        out = tmp_path / "data.png"
+        with pytest.raises(APITimeoutError):
+            client.files.download("data.png", out)
+        assert not out.exists()
+        assert list(tmp_path.iterdir()) == []
+        # The stall was one-off: the next download completes.
+        assert client.files.download("data.png", out).read_bytes() == content
+
+
+def test_delete(emu, client, tmp_path):
+    client.files.upload(make(tmp_path, "gone.txt", "x"))
+    record = client.files.delete("gone.txt")
+    assert record.file_id == "gone.txt" and record.is_valid is True
+    assert [f.file_id for f in client.files.list()] == []
+    with pytest.raises(NotFoundError):
+        client.files.metadata("gone.txt")
+    with pytest.raises(NotFoundError) as info:
+        client.files.delete("gone.txt")
+    assert info.value.code == "file_not_found"
+    # The name is free again.
+    assert client.files.upload(make(tmp_path, "gone.txt", "again")).file_id == "gone.txt"
+
+
+@pytest.mark.parametrize("name", ["my notes é.txt", "50%+off #1.txt", "a?b=c&d.txt"])
+def test_names_that_need_escaping(client, tmp_path, name):
+    client.files.upload(make(tmp_path, name, "content"))
+    assert client.files.metadata(name).file_id == name
+    assert client.files.download(name, tmp_path / "out.txt").read_text() == "content"
+    assert client.files.delete(name).file_id == name
+
+
+@pytest.mark.parametrize("bad", ["", "a/b.txt", "..\\x.txt"])
+def test_file_id_must_be_a_name(emu, client, tmp_path, bad):
+    for call in (client.files.metadata, client.files.delete):
+        with pytest.raises(InvalidArgumentError, match="file_id"):
+            call(bad)
+    with pytest.raises(InvalidArgumentError):
+        client.files.download(bad, tmp_path / "x")
+    assert emu.requests == []
+
+
+def test_another_organization_cannot_see_the_files(emu, client, tmp_path):
+    client.files.upload(make(tmp_path, "private.txt", "org one only"))
+    client.files.upload(make(tmp_path, "marker.txt", "ALBATROSS-3"))
+    other_key = emu.new_api_key()
+    with emu.client(api_key=other_key) as other:
+        assert list(other.files.list()) == []
+        assert other.files.info()["num_files"] == 0
+        with pytest.raises(NotFoundError):
+            other.files.metadata("private.txt")
+        with pytest.raises(NotFoundError):
+            other.files.download("private.txt", tmp_path / "stolen.txt")
+        with pytest.raises(NotFoundError):
+            other.files.delete("private.txt")
+        # Names are per organization: the same name is free there.
+        assert other.files.upload(make(tmp_path, "private.txt", "org two")).file_id == "private.txt"
+        with pytest.raises(APIStatusError) as info:
+            other.query(REASONER, "read", file_ids=["marker.txt"])
+        assert 400 <= info.value.status < 500
+        assert "ALBATROSS-3" not in str(info.value)
+    assert client.files.metadata("private.txt").num_bytes == len("org one only")
+    assert not (tmp_path / "stolen.txt").exists()
+
+
+def test_same_organization_keys_share_files(emu, client, tmp_path):
+    client.files.upload(make(tmp_path, "shared.txt", "x"))
+    org = emu.requests[-1].org
+    with emu.client(api_key=emu.new_api_key(org=org)) as colleague:
+        assert [f.file_id for f in colleague.files.list()] == ["shared.txt"]

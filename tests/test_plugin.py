@@ -1,0 +1,91 @@
+"""The pytest plugin shipped in the wheel: its fixtures, directly and in a user's suite."""
+
+from __future__ import annotations
+
+import sensorium
+from _helpers import REASONER, calls
+
+
+def test_fixtures_are_available_here(sensorium_emulator, sensorium_client):
+    assert sensorium_emulator.base_url.startswith("http://127.0.0.1:")
+    assert isinstance(sensorium_client, sensorium.Client)
+    assert sensorium_client.base_url.rstrip("/").endswith("/v0.5")
+    assert sensorium_client.base_url.startswith(sensorium_emulator.base_url.rstrip("/").removesuffix("/v0.5"))
+    assert sensorium_client.query(REASONER, "hi").status == "completed"
+    assert len(calls(sensorium_emulator, "/query")) == 1
+
+
+async def test_async_fixture(sensorium_emulator, sensorium_async_client):
+    assert isinstance(sensorium_async_client, sensorium.AsyncClient)
+    result = await sensorium_async_client.query(REASONER, "hi")
+    assert result.status == "completed"
+    assert len(calls(sensorium_emulator, "/query")) == 1
+
+
+USER_SUITE = '''
+import pytest
+import sensorium
+
+MODEL = "Reasoner::c2_4_7b_251215a172f6d7"
+
+
+def test_query(sensorium_client):
+    assert sensorium_client.query(MODEL, "hello").status == "completed"
+
+
+def test_upload_is_visible(sensorium_client, tmp_path):
+    (tmp_path / "a.txt").write_text("x")
+    sensorium_client.files.upload(tmp_path / "a.txt")
+    assert [f.file_id for f in sensorium_client.files.list()] == ["a.txt"]
+
+
+def test_uploads_do_not_leak_between_tests(sensorium_client):
+    assert [f.file_id for f in sensorium_client.files.list()] == []
+
+
+def test_faults(sensorium_emulator, sensorium_client):
+    sensorium_emulator.inject("POST", "/query", status=503, retry_after=0.01, times=1)
+    assert sensorium_client.query(MODEL, "hello").status == "completed"
+    assert [r.attempt for r in sensorium_emulator.requests if r.path.endswith("/query")] == [1, 2]
+
+
+def test_faults_do_not_leak_between_tests(sensorium_emulator, sensorium_client):
+    assert sensorium_client.query(MODEL, "hello").status == "completed"
+    assert len(sensorium_emulator.requests) == 1
+
+
+async def test_async(sensorium_async_client):
+    result = await sensorium_async_client.query(MODEL, "hello")
+    assert result.status == "completed"
+
+
+def test_client_talks_to_the_emulator(sensorium_emulator, sensorium_client):
+    assert sensorium_client.base_url.startswith(sensorium_emulator.base_url.rstrip("/").removesuffix("/v0.5"))
+'''
+
+
+def test_plugin_in_a_user_suite(pytester):
+    pytester.makepyfile(test_user=USER_SUITE)
+    pytester.makeini("[pytest]\nasyncio_mode = auto\n")
+    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=7)
+
+
+def test_plugin_lists_its_fixtures(pytester):
+    pytester.makepyfile(test_empty="def test_nothing():\n    pass\n")
+    result = pytester.runpytest_subprocess("--fixtures", "-p", "no:cacheprovider")
+    text = result.stdout.str()
+    for name in ("sensorium_emulator", "sensorium_client", "sensorium_async_client"):
+        assert name in text
+
+
+def test_failing_user_test_reports_the_api_error(pytester):
+    pytester.makepyfile(
+        test_fail='''
+def test_missing(sensorium_client):
+    sensorium_client.files.metadata("absent.txt")
+'''
+    )
+    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*NotFoundError*file_not_found*"])

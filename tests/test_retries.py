@@ -1,0 +1,276 @@
+"""The retry rule under injected faults: what is retried, how often, how long it waits, and
+what each attempt sends. Attempts are counted from the emulator's request log."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from _helpers import REASONER, body_json, calls, header
+from sensorium.errors import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    GatewayTimeoutError,
+    InternalServerError,
+    RateLimitError,
+)
+
+RETRYABLE = [429, 500, 502, 503, 504]
+NOT_RETRYABLE = [400, 401, 403, 404, 409, 413, 422]
+
+
+@pytest.mark.parametrize("status", RETRYABLE)
+def test_retryable_status_then_success(emu, status):
+    emu.inject("POST", "/query", status=status, retry_after=0.05, times=2)
+    with emu.client(max_retries=2) as client:
+        result = client.query(REASONER, "hello")
+    assert result.status == "completed"
+    attempts = calls(emu, "/query")
+    assert [r.attempt for r in attempts] == [1, 2, 3]
+    assert [header(r, "x-sensorium-retry-count") for r in attempts] == ["0", "1", "2"]
+    assert [r.status for r in attempts] == [status, status, 200]
+    # Every attempt re-sends the same body.
+    assert len({r.body_len for r in attempts}) == 1
+    assert all(body_json(r) == {"model": REASONER, "query": "hello"} for r in attempts)
+
+
+@pytest.mark.parametrize("status, cls", [(429, RateLimitError), (503, InternalServerError), (504, GatewayTimeoutError)])
+def test_retries_are_bounded_by_max_retries(emu, status, cls):
+    emu.inject("POST", "/query", status=status, retry_after=0.05, times=10)
+    with emu.client(max_retries=2) as client:
+        with pytest.raises(cls) as info:
+            client.query(REASONER, "hello")
+    assert info.value.status == status
+    assert info.value.retry_after == pytest.approx(0.05)
+    assert [r.attempt for r in calls(emu, "/query")] == [1, 2, 3]
+
+
+def test_max_retries_zero_makes_one_attempt(emu):
+    emu.inject("POST", "/query", status=503, retry_after=0.05, times=3)
+    with emu.client(max_retries=0) as client:
+        with pytest.raises(InternalServerError):
+            client.query(REASONER, "hello")
+    assert len(calls(emu, "/query")) == 1
+
+
+def test_more_retries_when_asked(emu):
+    emu.inject("POST", "/query", status=500, retry_after=0.02, times=4)
+    with emu.client(max_retries=4) as client:
+        assert client.query(REASONER, "hello").status == "completed"
+    assert [r.attempt for r in calls(emu, "/query")] == [1, 2, 3, 4, 5]
+
+
+def test_with_options_max_retries(emu, client):
+    emu.inject("POST", "/query", status=503, retry_after=0.02, times=None)
+    with pytest.raises(InternalServerError):
+        client.with_options(max_retries=1).query(REASONER, "x")
+    assert len(calls(emu, "/query")) == 2
+    emu.clear_requests()
+    with pytest.raises(InternalServerError):
+        client.with_options(max_retries=3).query(REASONER, "x")
+    assert len(calls(emu, "/query")) == 4
+    emu.clear_faults()
+    assert client.query(REASONER, "x").status == "completed"
+
+
+@pytest.mark.parametrize("status", NOT_RETRYABLE)
+def test_other_4xx_are_never_retried(emu, status):
+    emu.inject("POST", "/query", status=status, retry_after=0.01, times=5)
+    with emu.client(max_retries=3) as client:
+        with pytest.raises(APIStatusError) as info:
+            client.query(REASONER, "hello")
+    assert info.value.status == status
+    assert len(calls(emu, "/query")) == 1
+
+
+def test_real_404_and_409_are_not_retried(emu, tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("x")
+    with emu.client(max_retries=3) as client:
+        client.files.upload(path)
+        with pytest.raises(APIStatusError):
+            client.files.upload(path)
+        with pytest.raises(APIStatusError):
+            client.files.metadata("absent.txt")
+    assert len(calls(emu, "/files", "POST")) == 2
+    assert len(calls(emu, "/files/metadata/absent.txt")) == 1
+
+
+def test_retry_after_is_honoured(emu):
+    emu.inject("POST", "/query", status=503, retry_after=1.0, times=1)
+    with emu.client(max_retries=1) as client:
+        start = time.monotonic()
+        client.query(REASONER, "hello")
+        elapsed = time.monotonic() - start
+    # Without Retry-After the first backoff would be 0.375-0.5 s.
+    assert elapsed >= 0.95
+    assert len(calls(emu, "/query")) == 2
+
+
+def test_backoff_without_retry_after(emu):
+    emu.inject("POST", "/query", status=502, times=1)
+    with emu.client(max_retries=1) as client:
+        start = time.monotonic()
+        client.query(REASONER, "hello")
+        elapsed = time.monotonic() - start
+    # The first retry waits 0.5 s nominal with jitter down to 75 %.
+    assert elapsed >= 0.37
+    assert len(calls(emu, "/query")) == 2
+
+
+def test_connection_reset_is_retried(emu):
+    emu.inject("POST", "/query", action="reset", times=1)
+    with emu.client(max_retries=1) as client:
+        assert client.query(REASONER, "hello").status == "completed"
+    assert [r.attempt for r in calls(emu, "/query")] == [1, 2]
+
+
+def test_connection_reset_every_time_raises_connection_error(emu):
+    emu.inject("POST", "/query", action="reset", times=None)
+    with emu.client(max_retries=1) as client:
+        with pytest.raises(APIConnectionError) as info:
+            client.query(REASONER, "hello")
+    assert not isinstance(info.value, APITimeoutError)
+    assert [r.attempt for r in calls(emu, "/query")] == [1, 2]
+
+
+def test_truncated_body_is_retried(emu):
+    emu.inject("POST", "/query", action="truncate", times=1)
+    with emu.client(max_retries=1) as client:
+        result = client.query(REASONER, "hello")
+    assert result.status == "completed" and result.text
+    assert [r.attempt for r in calls(emu, "/query")] == [1, 2]
+
+
+def test_truncated_body_every_time_is_a_connection_error(emu):
+    emu.inject("POST", "/query", action="truncate", times=None)
+    with emu.client(max_retries=1) as client:
+        with pytest.raises(APIConnectionError):
+            client.query(REASONER, "hello")
+    assert len(calls(emu, "/query")) == 2
+
+
+@pytest.mark.timeout(30)
+def test_stalled_response_times_out_and_is_retried(emu):
+    emu.inject("POST", "/query", action="stall", times=1)
+    with emu.client(timeout=0.5, max_retries=1) as client:
+        start = time.monotonic()
+        result = client.query(REASONER, "hello")
+        elapsed = time.monotonic() - start
+    assert result.status == "completed"
+    assert [r.attempt for r in calls(emu, "/query")][-1] == 2
+    assert elapsed >= 0.5
+
+
+@pytest.mark.timeout(30)
+def test_stalled_response_every_time_raises_timeout(emu):
+    emu.inject("POST", "/query", action="stall", times=None)
+    with emu.client(timeout=0.3, max_retries=0) as client:
+        start = time.monotonic()
+        with pytest.raises(APITimeoutError):
+            client.query(REASONER, "hello")
+        assert time.monotonic() - start < 10
+
+
+@pytest.mark.timeout(30)
+def test_delayed_answer_past_timeout_is_retried(emu):
+    emu.inject("POST", "/query", delay=2.0, times=1)
+    with emu.client(timeout=0.4, max_retries=1) as client:
+        assert client.query(REASONER, "hello").status == "completed"
+    assert len([r for r in calls(emu, "/query") if r.attempt == 2]) == 1
+
+
+def test_gets_are_retried_too(emu, tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("x")
+    with emu.client(max_retries=2) as client:
+        client.files.upload(path)
+        emu.inject("GET", "/files/metadata", status=503, retry_after=0.02, times=2)
+        assert [f.file_id for f in client.files.list()] == ["a.txt"]
+        emu.inject("GET", "/models", status=429, retry_after=0.02, times=1)
+        assert list(client.models.list())
+        emu.inject("DELETE", "/files/delete/a.txt", status=500, retry_after=0.02, times=1)
+        assert client.files.delete("a.txt").file_id == "a.txt"
+    assert [r.attempt for r in calls(emu, "/files/metadata")] == [1, 2, 3]
+    assert [r.attempt for r in calls(emu, "/models")] == [1, 2]
+    assert [r.status for r in calls(emu, "/files/delete/a.txt")] == [500, 200]
+
+
+def test_upload_retry_resends_the_whole_file(emu, tmp_path):
+    content = os.urandom(300_000)
+    path = tmp_path / "frame.png"
+    path.write_bytes(content)
+    emu.inject("POST", "/files", status=503, retry_after=0.02, times=1)
+    with emu.client(max_retries=1) as client:
+        record = client.files.upload(path)
+        assert record.file_id == "frame.png"
+        assert client.files.metadata("frame.png").num_bytes == len(content)
+        assert client.files.download("frame.png", tmp_path / "back.png").read_bytes() == content
+    attempts = calls(emu, "/files", "POST")
+    assert [r.status for r in attempts] == [503, 200]
+    assert attempts[0].body_len == attempts[1].body_len >= len(content)
+
+
+def test_upload_reset_is_retried_and_stored_once(emu, tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("hello")
+    emu.inject("POST", "/files", action="reset", times=1)
+    with emu.client(max_retries=2) as client:
+        assert client.files.upload(path).file_id == "notes.txt"
+        assert [f.file_id for f in client.files.list()] == ["notes.txt"]
+
+
+@pytest.mark.timeout(20)
+def test_stalled_upload_response_times_out(emu, tmp_path):
+    """A dead upload connection must not hang forever: the stall (read) timeout bounds it."""
+    path = tmp_path / "notes.txt"
+    path.write_text("hello")
+    emu.inject("POST", "/files", action="stall", times=1)
+    with emu.client(max_retries=0, read_timeout=0.5, timeout=1.0) as client:
+        start = time.monotonic()
+        with pytest.raises(APITimeoutError):
+            client.files.upload(path)
+        assert time.monotonic() - start < 10
+
+
+def test_download_retried_on_server_error(emu, tmp_path):
+    with emu.client(max_retries=1) as client:
+        client.files.upload_base64("x.txt", b"payload")
+        emu.inject("GET", "/files/download/x.txt", status=500, retry_after=0.02, times=1)
+        assert client.files.download("x.txt", tmp_path / "x.txt").read_bytes() == b"payload"
+    assert [r.status for r in calls(emu, "/files/download/x.txt")] == [500, 200]
+
+
+def test_fault_on_one_route_leaves_others_alone(emu):
+    emu.inject("POST", "/query", status=503, times=None)
+    with emu.client(max_retries=0) as client:
+        assert client.files.info()["num_files"] == 0
+        with pytest.raises(InternalServerError):
+            client.query(REASONER, "x")
+        emu.clear_faults()
+        assert client.query(REASONER, "x").status == "completed"
+
+
+def test_upload_whose_response_was_lost_is_taken_as_ours(emu, tmp_path):
+    """The first attempt stored the file but its answer was cut off; the retry's 409 is our own
+    upload, so the call succeeds."""
+    path = tmp_path / "notes.txt"
+    path.write_text("stored on the first attempt")
+    emu.inject("POST", "/files", action="truncate", times=1)
+    with emu.client(max_retries=2) as client:
+        record = client.files.upload(path)
+        assert record.file_id == "notes.txt"
+        assert [f.file_id for f in client.files.list()] == ["notes.txt"]
+        assert client.files.metadata("notes.txt").num_bytes == path.stat().st_size
+    assert len(calls(emu, "/files", "POST")) == 2
+
+
+def test_base64_upload_whose_response_was_lost_is_taken_as_ours(emu):
+    emu.inject("POST", "/files/base64", action="truncate", times=1)
+    with emu.client(max_retries=2) as client:
+        record = client.files.upload_base64("notes.txt", b"stored on the first attempt")
+        assert record.file_id == "notes.txt"
+        assert [f.file_id for f in client.files.list()] == ["notes.txt"]

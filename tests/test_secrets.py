@@ -1,0 +1,164 @@
+"""The API key never shows: not in logs, reprs, exception texts or bodies, pickles, or the
+emulator's request log."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import pickle
+
+import pytest
+
+import sensorium
+from _helpers import REASONER, header
+from sensorium.errors import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    InternalServerError,
+    InvalidArgumentError,
+    SensoriumError,
+)
+from sensorium.testing import Emulator
+
+SECRET = "sk-test-SECRET-7f3a9c1e5b"
+
+
+@pytest.fixture
+def semu():
+    with Emulator(api_key=SECRET) as emulator:
+        yield emulator
+
+
+def everything_about(exc: BaseException) -> str:
+    parts = [str(exc), repr(exc), repr(exc.args), repr(vars(exc))]
+    for attr in ("body", "json", "message", "url", "errors", "response"):
+        parts.append(repr(getattr(exc, attr, None)))
+    return "\n".join(parts)
+
+
+def test_emulator_uses_the_given_key(semu):
+    assert semu.api_key == SECRET
+    with semu.client() as client:
+        assert client.files.info()["num_files"] == 0
+
+
+def test_no_log_record_holds_the_key(semu, caplog):
+    caplog.set_level(logging.DEBUG, logger="sensorium")
+    semu.inject("POST", "/query", status=500, retry_after=0.01, times=None)
+    with semu.client(max_retries=2) as client:
+        with pytest.raises(InternalServerError) as info:
+            client.query(REASONER, "hello")
+        semu.clear_faults()
+        client.query(REASONER, "hello")
+        with pytest.raises(APIStatusError):
+            client.files.metadata("missing.txt")
+    records = [r for r in caplog.records if r.name.startswith("sensorium")]
+    messages = [r.getMessage() for r in records]
+    # The debug lines per attempt are there (so this test sees what a user would log)...
+    for n in (1, 2, 3):
+        assert any(f"attempt {n}" in m for m in messages), messages
+    assert all(r.levelno >= logging.DEBUG for r in records)
+    # ...and none of them, nor the failure, shows the key.
+    for record in records:
+        assert SECRET not in record.getMessage()
+        assert SECRET not in repr(record.args)
+    assert SECRET not in caplog.text
+    assert SECRET not in everything_about(info.value)
+
+
+def test_logging_enabled_after_the_client_is_created(semu, caplog):
+    """A user who turns on debug logging after making the client still gets the attempt lines."""
+    with semu.client(max_retries=0) as client:
+        client.files.info()
+        caplog.set_level(logging.DEBUG, logger="sensorium")
+        client.files.info()
+    assert any("attempt 1" in r.getMessage() for r in caplog.records if r.name.startswith("sensorium"))
+
+
+def test_reprs_do_not_show_the_key(semu):
+    with semu.client() as client:
+        derived = client.with_options(max_retries=0)
+        for obj in (client, derived, client.files, client.models, vars(client), vars(derived)):
+            assert SECRET not in repr(obj) and SECRET not in str(obj)
+        result = client.query(REASONER, "hi")
+        assert SECRET not in repr(result) and SECRET not in repr(result.to_dict())
+    aclient = semu.async_client()
+    assert SECRET not in repr(aclient) and SECRET not in repr(vars(aclient))
+
+
+def test_wrong_key_is_not_echoed(semu):
+    wrong = "sk-wrong-SECRET-0a0a0a0a"
+    with sensorium.Client(wrong, semu.base_url) as client:
+        for call in (lambda: client.query(REASONER, "x"), client.files.info, lambda: list(client.models.list())):
+            with pytest.raises(AuthenticationError) as info:
+                call()
+            assert wrong not in everything_about(info.value)
+            assert SECRET not in everything_about(info.value)
+
+
+def test_exceptions_do_not_show_the_key(semu, tmp_path):
+    caught: list[BaseException] = []
+    with semu.client(max_retries=0) as client:
+        for status in (400, 404, 429, 503):
+            semu.inject("GET", "/files/info", status=status, times=1)
+            with pytest.raises(APIStatusError) as info:
+                client.files.info()
+            caught.append(info.value)
+        with pytest.raises(InvalidArgumentError) as bad:
+            client.query(REASONER, "x", max_new_tokens="x")
+        caught.append(bad.value)
+        semu.set_query_delay(1.0)
+        with pytest.raises(APITimeoutError) as slow:
+            client.with_options(timeout=0.1).query(REASONER, "x")
+        caught.append(slow.value)
+    with sensorium.Client(SECRET, "http://127.0.0.1:9", max_retries=0) as dead:
+        with pytest.raises(APIConnectionError) as conn:
+            dead.files.info()
+        caught.append(conn.value)
+    for exc in caught:
+        assert SECRET not in everything_about(exc), type(exc)
+        assert SECRET.encode() not in pickle.dumps(exc)
+
+
+def test_key_with_forbidden_characters_is_not_echoed(semu):
+    bad = "sk-bad\nSECRET-line"
+    with sensorium.Client(bad, semu.base_url, max_retries=0) as client:
+        with pytest.raises(InvalidArgumentError) as info:
+            client.files.info()
+    assert "api_key" in str(info.value)
+    assert "SECRET-line" not in everything_about(info.value)
+
+
+def test_configuration_error_does_not_show_the_key(monkeypatch):
+    monkeypatch.delenv("SENSORIUM_BASE_URL", raising=False)
+    with pytest.raises(SensoriumError) as info:
+        sensorium.Client(SECRET)
+    assert SECRET not in everything_about(info.value)
+    with pytest.raises(SensoriumError) as info:
+        sensorium.Client(SECRET, "ftp://nowhere")
+    assert SECRET not in everything_about(info.value)
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy", "copy"])
+def test_clients_cannot_be_pickled_or_copied(semu, how):
+    action = {"pickle": pickle.dumps, "deepcopy": copy.deepcopy, "copy": copy.copy}[how]
+    with semu.client() as client:
+        objects = [client, client.with_options(max_retries=1), semu.async_client()]
+        if how != "copy":  # a shallow copy of a namespace only shares the client reference
+            objects += [client.files, {"nested": client}]
+        for obj in objects:
+            with pytest.raises(TypeError) as info:
+                action(obj)
+            assert SECRET not in str(info.value)
+            assert "pickle" in str(info.value) or "cannot" in str(info.value)
+
+
+def test_emulator_log_redacts_the_key(semu):
+    with semu.client() as client:
+        client.query(REASONER, "hi")
+        client.files.info()
+    for request in semu.requests:
+        assert header(request, "authorization") == "Bearer <redacted>"
+        assert SECRET not in repr(request)
