@@ -14,6 +14,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bindings::results::QueryResult>()?;
     m.add_class::<bindings::results::Embeddings>()?;
     m.add_class::<bindings::results::NumericEvent>()?;
+    m.add_class::<bindings::results::Progress>()?;
     m.add_function(wrap_pyfunction!(bindings::logging::reset_logging, m)?)?;
     bindings::logging::install(m.py());
     Ok(())

@@ -1,11 +1,11 @@
 # Stubs for the native core, checked against the binary by `python -m mypy.stubtest sensorium._core`.
-from typing import Any, final
+from typing import Any, Callable, final
 
 import numpy as np
 import numpy.typing as npt
 
 __version__: str
-__all__ = ["CoreClient", "Embeddings", "NumericEvent", "QueryResult", "__version__", "reset_logging"]
+__all__ = ["CoreClient", "Embeddings", "NumericEvent", "Progress", "QueryResult", "__version__", "reset_logging"]
 
 def reset_logging() -> None: ...
 
@@ -63,6 +63,14 @@ class NumericEvent:
     def to_dict(self) -> dict[str, Any]: ...
 
 @final
+class Progress:
+    def __new__(cls) -> Progress: ...
+    @property
+    def done(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+
+@final
 class CoreClient:
     def __new__(
         cls,
@@ -88,7 +96,19 @@ class CoreClient:
     # Each call blocks when `asynchronous` is False and returns an awaitable when it is True.
     def query(self, model: str, query: str, fields: dict[str, Any], asynchronous: bool) -> Any: ...
     def embed(self, model: str, data: Any, normalize_input: bool, fields: dict[str, Any], asynchronous: bool) -> Any: ...
-    def upload_file(self, path: str, content_type: str | None, asynchronous: bool) -> Any: ...
+    def upload_file(
+        self,
+        path: str,
+        content_type: str | None,
+        method: str,
+        resume: bool,
+        concurrency: int | None,
+        direct_threshold: int | None,
+        progress: Progress,
+        tick: Callable[[], object] | None,
+        asynchronous: bool,
+    ) -> Any: ...
+    def abort_upload(self, upload_id: str, asynchronous: bool) -> Any: ...
     def upload_base64(self, name: str, data: bytes, content_type: str | None, asynchronous: bool) -> Any: ...
     def list_files(
         self,
@@ -101,7 +121,9 @@ class CoreClient:
     ) -> Any: ...
     def file_metadata(self, file_id: str, asynchronous: bool) -> Any: ...
     def files_info(self, asynchronous: bool) -> Any: ...
-    def download_file(self, file_id: str, path: str, asynchronous: bool) -> Any: ...
+    def download_file(
+        self, file_id: str, path: str, progress: Progress, tick: Callable[[], object] | None, asynchronous: bool
+    ) -> Any: ...
     def delete_file(self, file_id: str, asynchronous: bool) -> Any: ...
     def list_models(
         self,

@@ -213,11 +213,20 @@ class QueryFailedError(APIError):
 
 
 class TransferError(APIError):
-    """An upload or download stopped part-way. ``resumable`` says whether calling again continues it."""
+    """An upload or download stopped part-way. ``resumable`` says whether calling the same upload
+    again continues it; ``upload_id`` names the platform's upload (for ``files.abort_upload``)."""
 
-    def __init__(self, message: str, *, resumable: bool = False) -> None:
+    def __init__(self, message: str, *, resumable: bool = False, upload_id: str | None = None) -> None:
         super().__init__(message)
         self.resumable = resumable
+        self.upload_id = upload_id
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_transfer_error, (self.message, self.resumable, self.upload_id))
+
+
+def _rebuild_transfer_error(message: str, resumable: bool, upload_id: str | None) -> TransferError:
+    return TransferError(message, resumable=resumable, upload_id=upload_id)
 
 
 _BY_STATUS: dict[int, type[APIStatusError]] = {

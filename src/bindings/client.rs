@@ -14,10 +14,11 @@ use serde_json::{Map, Value};
 
 use super::convert::{py_to_value, type_name, Json};
 use super::errors::{to_pyerr, Outcome};
-use super::results::{EmbeddingsData, NumericEvent, QueryResult};
+use super::results::{EmbeddingsData, NumericEvent, Progress, QueryResult};
 use super::runtime;
 use crate::client::config::ClientConfig;
-use crate::client::files::{self, ListOptions};
+use crate::client::files::{self, ListOptions, UploadMethod, UploadOptions};
+use crate::client::upload::{self, DirectUploadOptions};
 use crate::client::models::{self, ModelFilters};
 use crate::client::query;
 use crate::client::{Error, Transport};
@@ -172,19 +173,46 @@ impl CoreClient {
         })
     }
 
-    #[pyo3(signature = (path, content_type, asynchronous))]
+    /// Uploads by the method `method` picks ("auto", "simple", "direct"). `progress` is updated
+    /// as bytes move; `tick` (blocking calls only) is called about every 200 ms meanwhile.
+    #[pyo3(signature = (path, content_type, method, resume, concurrency, direct_threshold, progress, tick, asynchronous))]
+    #[allow(clippy::too_many_arguments)]
     fn upload_file<'py>(
         &self,
         py: Python<'py>,
         path: PathBuf,
         content_type: Option<String>,
+        method: &str,
+        resume: bool,
+        concurrency: Option<usize>,
+        direct_threshold: Option<u64>,
+        progress: &Bound<'py, Progress>,
+        tick: Option<Bound<'py, PyAny>>,
         asynchronous: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let opts = UploadMethod::parse(method)
+            .map(|method| UploadOptions {
+                method,
+                content_type: content_type.clone(),
+                direct_threshold: direct_threshold.unwrap_or(files::DEFAULT_DIRECT_THRESHOLD),
+                direct: DirectUploadOptions {
+                    resume,
+                    concurrency: concurrency.unwrap_or(upload::DEFAULT_CONCURRENCY),
+                    content_type,
+                },
+            })
+            .map_err(|e| to_pyerr(py, e))?;
         let transport = self.transport();
-        runtime::run(py, asynchronous, async move {
-            let result = files::upload(&transport, &path, content_type.as_deref()).await;
-            Ok(Outcome(result.and_then(to_json)))
+        let progress = progress.get().inner.clone();
+        runtime::run_ticking(py, asynchronous, tick.as_ref(), async move {
+            Ok(Outcome(files::upload_file(&transport, &path, &opts, progress).await.map(Json)))
         })
+    }
+
+    #[pyo3(signature = (upload_id, asynchronous))]
+    fn abort_upload<'py>(&self, py: Python<'py>, upload_id: String, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
+        let transport = self.transport();
+        runtime::run(py, asynchronous, async move { Ok(Outcome(upload::abort(&transport, &upload_id).await)) })
     }
 
     #[pyo3(signature = (name, data, content_type, asynchronous))]
@@ -237,17 +265,20 @@ impl CoreClient {
         runtime::run(py, asynchronous, async move { Ok(Outcome(files::info(&transport).await.map(Json))) })
     }
 
-    #[pyo3(signature = (file_id, path, asynchronous))]
+    #[pyo3(signature = (file_id, path, progress, tick, asynchronous))]
     fn download_file<'py>(
         &self,
         py: Python<'py>,
         file_id: String,
         path: PathBuf,
+        progress: &Bound<'py, Progress>,
+        tick: Option<Bound<'py, PyAny>>,
         asynchronous: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let transport = self.transport();
-        runtime::run(py, asynchronous, async move {
-            Ok(Outcome(files::download(&transport, &file_id, &path).await))
+        let progress = progress.get().inner.clone();
+        runtime::run_ticking(py, asynchronous, tick.as_ref(), async move {
+            Ok(Outcome(files::download(&transport, &file_id, &path, progress).await))
         })
     }
 

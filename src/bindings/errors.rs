@@ -73,9 +73,10 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
             kwargs.set_item("body", body)?;
             errors.getattr("APIResponseValidationError")?.call((message,), Some(&kwargs))?
         }
-        Error::Transfer { resumable, .. } => {
+        Error::Transfer { resumable, upload_id, .. } => {
             let kwargs = PyDict::new(py);
             kwargs.set_item("resumable", resumable)?;
+            kwargs.set_item("upload_id", upload_id)?;
             errors.getattr("TransferError")?.call((message,), Some(&kwargs))?
         }
     };

@@ -204,3 +204,34 @@ impl NumericEvent {
         NumericEvent { json: Bytes::from(json), channels: payload.channels, window: payload.window }
     }
 }
+
+/// Live byte counts of one transfer, readable from Python while it runs.
+#[pyclass(module = "sensorium._core", name = "Progress", frozen)]
+pub struct Progress {
+    pub inner: std::sync::Arc<crate::client::upload::TransferProgress>,
+}
+
+#[pymethods]
+impl Progress {
+    #[new]
+    fn py_new() -> Self {
+        Progress { inner: Default::default() }
+    }
+
+    /// Bytes moved so far (bytes a resumed upload had already sent count as done).
+    #[getter]
+    fn done(&self) -> u64 {
+        self.inner.snapshot().0
+    }
+
+    /// Bytes in all (0 until known).
+    #[getter]
+    fn total(&self) -> u64 {
+        self.inner.snapshot().1
+    }
+
+    fn __repr__(&self) -> String {
+        let (done, total) = self.inner.snapshot();
+        format!("Progress(done={done}, total={total})")
+    }
+}

@@ -72,12 +72,27 @@ where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: Send + 'static,
 {
+    wait_ticking(py, fut, None)
+}
+
+/// How often a long transfer reports progress to Python.
+pub const TICK_INTERVAL: Duration = Duration::from_millis(200);
+
+/// `wait`, calling `tick()` on this (the caller's) thread about every `TICK_INTERVAL`, with the
+/// GIL held, so progress callbacks never run on an I/O worker. An exception from `tick` aborts
+/// the call like Ctrl-C does.
+pub fn wait_ticking<F, T>(py: Python<'_>, fut: F, tick: Option<&Bound<'_, PyAny>>) -> PyResult<T>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: Send + 'static,
+{
     let rt = runtime()?;
     let (tx, rx) = mpsc::sync_channel(1);
     let task = rt.spawn(async move {
         let _ = tx.send(fut.await);
     });
     let mut rx = rx;
+    let mut last_tick = std::time::Instant::now();
     loop {
         // The receiver moves into the GIL-free closure and back out each slice.
         let (polled, back) = py.detach(move || (rx.recv_timeout(SIGNAL_CHECK_INTERVAL), rx));
@@ -93,6 +108,15 @@ where
                 if let Err(err) = py.check_signals() {
                     task.abort();
                     return Err(err);
+                }
+                if let Some(tick) = tick {
+                    if last_tick.elapsed() >= TICK_INTERVAL {
+                        last_tick = std::time::Instant::now();
+                        if let Err(err) = tick.call0() {
+                            task.abort();
+                            return Err(err);
+                        }
+                    }
                 }
             }
         }
@@ -118,10 +142,24 @@ where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
+    run_ticking(py, asynchronous, None, fut)
+}
+
+/// `run`, with a progress tick for the blocking case (async callers poll on their own loop).
+pub fn run_ticking<'py, F, T>(
+    py: Python<'py>,
+    asynchronous: bool,
+    tick: Option<&Bound<'py, PyAny>>,
+    fut: F,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
     if asynchronous {
         awaitable(py, fut)
     } else {
-        let value = wait(py, fut)?;
+        let value = wait_ticking(py, fut, tick)?;
         value.into_py_any(py).map(|v| v.into_bound(py))
     }
 }

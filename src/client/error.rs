@@ -37,7 +37,7 @@ pub enum Error {
     /// An upload or download stopped part-way; `resumable` says whether calling again
     /// continues it.
     #[error("{message}")]
-    Transfer { message: String, resumable: bool },
+    Transfer { message: String, resumable: bool, upload_id: Option<String> },
 }
 
 impl Error {

@@ -1,6 +1,8 @@
 //! The files surface: simple and base64 uploads, listing, metadata, download, delete.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use base64::Engine;
 use bytes::Bytes;
@@ -12,6 +14,7 @@ use tokio::io::AsyncWriteExt;
 use super::error::Error;
 use super::pagination::normalize_page;
 use super::transport::{error_chain, Call, RequestBody, Transport};
+use super::upload::{self, DirectUploadOptions, TransferProgress};
 use crate::wire::files::{mime_for_name, FileOpResponse, SIMPLE_UPLOAD_MAX_BYTES, SIMPLE_UPLOAD_TYPES};
 use crate::wire::page::CursorPage;
 
@@ -33,7 +36,7 @@ fn upload_type(name: &str, content_type: Option<&str>, argument: &str) -> Result
             argument,
             format!(
                 "{name:?} is JSONL (application/x-ndjson), which the simple upload rejects; it \
-                 needs the platform's direct-to-cloud upload"
+                 needs the direct-to-cloud upload (method=\"direct\", which method=\"auto\" picks for JSONL)"
             ),
         )),
         Some(m) if SIMPLE_UPLOAD_TYPES.contains(&m.as_str()) => Ok(m),
@@ -51,8 +54,84 @@ fn upload_type(name: &str, content_type: Option<&str>, argument: &str) -> Result
     }
 }
 
+/// How `upload` sends a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UploadMethod {
+    /// The simple upload for small files of the types it takes; the direct flow above the
+    /// threshold, and always for JSONL.
+    Auto,
+    Simple,
+    Direct,
+}
+
+impl UploadMethod {
+    pub fn parse(text: &str) -> Result<Self, Error> {
+        match text {
+            "auto" => Ok(UploadMethod::Auto),
+            "simple" => Ok(UploadMethod::Simple),
+            "direct" => Ok(UploadMethod::Direct),
+            other => Err(Error::invalid_argument("method", format!("is {other:?}; it takes 'auto', 'simple' or 'direct'"))),
+        }
+    }
+}
+
+/// Above this size `Auto` uses the resumable direct flow. The simple upload is one request
+/// that restarts from zero on any failure; past ~100 MB that costs more than the direct flow's
+/// extra round trips.
+pub const DEFAULT_DIRECT_THRESHOLD: u64 = 100 * 1000 * 1000;
+
+#[derive(Debug, Clone)]
+pub struct UploadOptions {
+    pub method: UploadMethod,
+    pub content_type: Option<String>,
+    pub direct_threshold: u64,
+    pub direct: DirectUploadOptions,
+}
+
+/// Uploads a file by the method `opts` picks and returns its record (`file_id`, `file_uid`, and
+/// what else the platform reported).
+pub async fn upload_file(
+    transport: &Transport,
+    path: &Path,
+    opts: &UploadOptions,
+    progress: Arc<TransferProgress>,
+) -> Result<Value, Error> {
+    if opts.direct_threshold > SIMPLE_UPLOAD_MAX_BYTES {
+        return Err(Error::invalid_argument(
+            "direct_threshold",
+            format!("is {}; the simple upload takes at most {SIMPLE_UPLOAD_MAX_BYTES} bytes", opts.direct_threshold),
+        ));
+    }
+    let meta = tokio::fs::metadata(path).await.map_err(|e| Error::io(path.display(), e))?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let is_jsonl = mime_for_name(name) == Some(JSONL_TYPE);
+    let direct = match opts.method {
+        UploadMethod::Direct => true,
+        UploadMethod::Simple => false,
+        UploadMethod::Auto => is_jsonl || meta.len() > opts.direct_threshold,
+    };
+    if direct {
+        let done = upload::upload_direct(transport, path, &opts.direct, progress).await?;
+        let mut record = serde_json::to_value(&done.complete).unwrap_or(Value::Null);
+        if let Value::Object(map) = &mut record {
+            map.insert("file_id".into(), Value::String(done.file_id));
+            map.insert("is_valid".into(), Value::Bool(true));
+        }
+        return Ok(record);
+    }
+    progress.total.store(meta.len(), Ordering::Relaxed);
+    let done = upload(transport, path, opts.content_type.as_deref(), Some(progress.done.clone())).await?;
+    progress.done.store(meta.len(), Ordering::Relaxed);
+    serde_json::to_value(done).map_err(|e| Error::Decode { url: String::new(), message: e.to_string(), body: String::new() })
+}
+
 /// Uploads a file from disk, streamed (never read whole), through `POST /files`.
-pub async fn upload(transport: &Transport, path: &Path, content_type: Option<&str>) -> Result<FileOpResponse, Error> {
+pub async fn upload(
+    transport: &Transport,
+    path: &Path,
+    content_type: Option<&str>,
+    progress: Option<Arc<AtomicU64>>,
+) -> Result<FileOpResponse, Error> {
     let meta = tokio::fs::metadata(path).await.map_err(|e| Error::io(path.display(), e))?;
     if !meta.is_file() {
         return Err(Error::invalid_argument("path", format!("{} is not a regular file", path.display())));
@@ -68,7 +147,7 @@ pub async fn upload(transport: &Transport, path: &Path, content_type: Option<&st
             "path",
             format!(
                 "{} is {} bytes; the simple upload takes at most {} bytes and larger files need the \
-                 direct-to-cloud upload",
+                 direct-to-cloud upload (method=\"direct\")",
                 path.display(),
                 meta.len(),
                 SIMPLE_UPLOAD_MAX_BYTES
@@ -82,6 +161,7 @@ pub async fn upload(transport: &Transport, path: &Path, content_type: Option<&st
             file_name,
             mime,
             len: meta.len(),
+            progress,
         },
         streaming: true,
         ..Call::new(Method::POST, transport.config.url("/files"))
@@ -214,7 +294,12 @@ pub async fn delete(transport: &Transport, file_id: &str) -> Result<FileOpRespon
 /// Streams a file to `dest`. Bytes go to a temporary file beside `dest` that is renamed only
 /// once the body is complete, so an interrupted download never leaves a truncated file under
 /// the real name. Returns the number of bytes written.
-pub async fn download(transport: &Transport, file_id: &str, dest: &Path) -> Result<u64, Error> {
+pub async fn download(
+    transport: &Transport,
+    file_id: &str,
+    dest: &Path,
+    progress: Arc<TransferProgress>,
+) -> Result<u64, Error> {
     let mut call = Call::get(file_url(transport, "/files/download", file_id)?);
     call.streaming = true;
     let dir = match dest.parent() {
@@ -228,8 +313,12 @@ pub async fn download(transport: &Transport, file_id: &str, dest: &Path) -> Resu
     let written = transport
         .execute(&call, |response| {
             let dir = dir.clone();
+            let progress = progress.clone();
             async move {
                 let expected = response.content_length();
+                // A retried download starts over.
+                progress.done.store(0, Ordering::Relaxed);
+                progress.total.store(expected.unwrap_or(0), Ordering::Relaxed);
                 let partial = PartialFile::create(&dir).await?;
                 let mut file = tokio::fs::OpenOptions::new()
                     .write(true)
@@ -246,6 +335,7 @@ pub async fn download(transport: &Transport, file_id: &str, dest: &Path) -> Resu
                         Some(Ok(chunk)) => {
                             file.write_all(&chunk).await.map_err(|e| Error::io(partial.path.display(), e))?;
                             written += chunk.len() as u64;
+                            progress.done.fetch_add(chunk.len() as u64, Ordering::Relaxed);
                         }
                         Some(Err(e)) => {
                             return Err(Error::Connection {
@@ -271,6 +361,7 @@ pub async fn download(transport: &Transport, file_id: &str, dest: &Path) -> Resu
         .await;
     let (partial, written) = written?;
     partial.persist(dest).await?;
+    progress.total.store(written, Ordering::Relaxed);
     Ok(written)
 }
 

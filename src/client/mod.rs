@@ -7,6 +7,7 @@ pub mod error_body;
 pub mod retry;
 pub mod secret;
 pub mod transport;
+pub mod upload;
 
 pub use config::ClientConfig;
 pub use error::{ApiError, Error};

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,9 +30,12 @@ pub enum RequestBody {
     Empty,
     Json(Bytes),
     /// A multipart form with one file field, streamed from disk.
-    MultipartFile { field: String, path: PathBuf, file_name: String, mime: String, len: u64 },
+    MultipartFile { field: String, path: PathBuf, file_name: String, mime: String, len: u64, progress: Option<Arc<AtomicU64>> },
     /// A multipart form with one field whose content is in memory.
     MultipartBytes { field: String, file_name: String, mime: String, data: Bytes },
+    /// Raw bytes `offset..offset+len` of a file, streamed (a part of a direct upload). Bytes
+    /// sent are added to each counter in `progress`.
+    FileRange { path: PathBuf, offset: u64, len: u64, progress: Vec<Arc<AtomicU64>> },
 }
 
 /// One logical call; `execute` may send it several times.
@@ -45,11 +49,13 @@ pub struct Call {
     /// Bodies that move many bytes are bounded by the stall timeout instead of the
     /// per-attempt deadline, so a long transfer is not cut while it makes progress.
     pub streaming: bool,
+    /// Presigned storage URLs carry their own signature and must not get the API key.
+    pub authenticated: bool,
 }
 
 impl Call {
     pub fn new(method: Method, url: String) -> Self {
-        Call { method, url, query: Vec::new(), body: RequestBody::Empty, streaming: false }
+        Call { method, url, query: Vec::new(), body: RequestBody::Empty, streaming: false, authenticated: true }
     }
 
     pub fn get(url: String) -> Self {
@@ -152,12 +158,14 @@ impl Transport {
         .await
     }
 
-    async fn send_once(&self, call: &Call, attempt: u32) -> Result<Response, Error> {
+    /// One attempt, no retries: for callers that run their own attempt loop (upload parts,
+    /// which refresh expired URLs between attempts).
+    pub async fn send_once(&self, call: &Call, attempt: u32) -> Result<Response, Error> {
         let cfg = &self.config;
         let mut request = self
             .http
             .request(call.method.clone(), &call.url)
-            .headers(self.headers(attempt)?);
+            .headers(self.headers(attempt, call.authenticated)?);
         if !call.query.is_empty() {
             request = request.query(&call.query);
         }
@@ -171,11 +179,13 @@ impl Transport {
             RequestBody::Json(bytes) => request
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
                 .body(bytes.clone()),
-            RequestBody::MultipartFile { field, path, file_name, mime, len } => {
-                let file = tokio::fs::File::open(path)
-                    .await
-                    .map_err(|e| Error::io(path.display(), e))?;
-                let stream = reqwest::Body::wrap_stream(ReaderStream::with_capacity(file, 256 * 1024));
+            RequestBody::MultipartFile { field, path, file_name, mime, len, progress } => {
+                // Each attempt sends the whole file again, so progress restarts from zero.
+                let counters: Vec<Arc<AtomicU64>> = progress.iter().cloned().collect();
+                for c in &counters {
+                    c.store(0, Ordering::Relaxed);
+                }
+                let stream = reqwest::Body::wrap_stream(file_range_stream(path, 0, *len, counters).await?);
                 let part = reqwest::multipart::Part::stream_with_length(stream, *len)
                     .file_name(file_name.clone())
                     .mime_str(mime)
@@ -192,6 +202,13 @@ impl Transport {
                 .map_err(|e| Error::invalid_argument("file", format!("bad content type {mime:?}: {e}")))?;
                 request.multipart(reqwest::multipart::Form::new().part(field.clone(), part))
             }
+            RequestBody::FileRange { path, offset, len, progress } => {
+                let stream = file_range_stream(path, *offset, *len, progress.clone()).await?;
+                request
+                    .header(CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"))
+                    .header(reqwest::header::CONTENT_LENGTH, *len)
+                    .body(reqwest::Body::wrap_stream(stream))
+            }
         };
         let response = request.send().await.map_err(|e| self.send_error(call, e))?;
         if response.status().is_success() {
@@ -200,12 +217,14 @@ impl Transport {
         Err(Error::Api(self.api_error(call, response).await))
     }
 
-    fn headers(&self, attempt: u32) -> Result<HeaderMap, Error> {
+    fn headers(&self, attempt: u32, authenticated: bool) -> Result<HeaderMap, Error> {
         let mut headers = HeaderMap::new();
-        let mut auth = HeaderValue::from_str(&format!("Bearer {}", self.config.api_key.expose()))
-            .map_err(|_| Error::invalid_argument("api_key", "contains characters not allowed in an HTTP header"))?;
-        auth.set_sensitive(true);
-        headers.insert(AUTHORIZATION, auth);
+        if authenticated {
+            let mut auth = HeaderValue::from_str(&format!("Bearer {}", self.config.api_key.expose()))
+                .map_err(|_| Error::invalid_argument("api_key", "contains characters not allowed in an HTTP header"))?;
+            auth.set_sensitive(true);
+            headers.insert(AUTHORIZATION, auth);
+        }
         headers.insert(
             HeaderName::from_static(RETRY_COUNT_HEADER),
             HeaderValue::from(attempt.saturating_sub(1)),
@@ -266,6 +285,28 @@ fn build_http_client(config: &ClientConfig) -> Result<reqwest::Client, Error> {
         .tcp_nodelay(true)
         .build()
         .map_err(|e| Error::Config(format!("could not set up the HTTP client: {}", error_chain(&e))))
+}
+
+/// Streams `len` bytes of `path` from `offset`, adding the bytes handed to the connection to
+/// every counter in `progress`. Memory stays at one buffer per stream, whatever the part size.
+async fn file_range_stream(
+    path: &std::path::Path,
+    offset: u64,
+    len: u64,
+    progress: Vec<Arc<AtomicU64>>,
+) -> Result<impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send + 'static, Error> {
+    use futures_util::StreamExt;
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let mut file = tokio::fs::File::open(path).await.map_err(|e| Error::io(path.display(), e))?;
+    file.seek(std::io::SeekFrom::Start(offset)).await.map_err(|e| Error::io(path.display(), e))?;
+    let stream = ReaderStream::with_capacity(file.take(len), 256 * 1024);
+    Ok(stream.inspect(move |chunk| {
+        if let Ok(bytes) = chunk {
+            for counter in &progress {
+                counter.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }))
 }
 
 /// Reads a whole body, turning a cut-off body into a retryable connection error.

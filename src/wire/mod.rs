@@ -6,6 +6,7 @@ pub mod files;
 pub mod models;
 pub mod query;
 pub mod page;
+pub mod uploads;
 
 #[cfg(test)]
 mod conformance;

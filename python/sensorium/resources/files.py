@@ -6,8 +6,9 @@ import base64
 import binascii
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence, Union
 
+from .._progress import ProgressCallback, reporting, reporting_async
 from ..errors import InvalidArgumentError
 from ..pagination import AsyncPager, Page, SyncPager
 from ..types import FileRecord
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from .._options import HasCore
 
 StrPath = Union[str, "os.PathLike[str]"]
+UploadMethod = Literal["auto", "simple", "direct"]
 
 __all__ = ["Files", "AsyncFiles"]
 
@@ -63,14 +65,46 @@ class Files:
     def __init__(self, client: HasCore) -> None:
         self._client = client
 
-    def upload(self, path: StrPath, *, content_type: str | None = None) -> FileRecord:
+    def upload(
+        self,
+        path: StrPath,
+        *,
+        method: UploadMethod = "auto",
+        resume: bool = True,
+        concurrency: int | None = None,
+        direct_threshold: int | None = None,
+        on_progress: Optional[ProgressCallback] = None,
+        progress: bool = False,
+        content_type: str | None = None,
+    ) -> FileRecord:
         """Uploads a file from disk, streamed. Its name becomes its ``file_id``; the type comes from
         the extension (``content_type`` is used only for unknown extensions).
 
+        ``method="auto"`` sends small files in one request and files above ``direct_threshold``
+        (default 100 MB) and every JSONL file through the direct-to-cloud flow: parts in parallel
+        (``concurrency``), each retried and checkpointed. If that is interrupted (crash, Ctrl-C),
+        calling ``upload`` again on the same path resumes it (``resume=True``) and sends only the
+        missing parts; ``resume=False`` discards the unfinished upload and starts over.
+        ``on_progress(bytes_done, bytes_total)`` is called about every 200 ms; ``progress=True``
+        shows a tqdm bar.
+
         >>> client.files.upload("notes.txt").file_id      # doctest: +SKIP
         'notes.txt'
+        >>> client.files.upload("recording.jsonl", progress=True)  # doctest: +SKIP
         """
-        return FileRecord.from_dict(self._client._core.upload_file(os.fspath(path), content_type, False))
+        with reporting(on_progress, progress, os.path.basename(os.fspath(path))) as r:
+            raw = self._client._core.upload_file(
+                os.fspath(path), content_type, method, resume, concurrency, direct_threshold, r.handle,
+                r.tick if r.active else None, False,
+            )
+        return FileRecord.from_dict(raw)
+
+    def abort_upload(self, upload_id: str) -> None:
+        """Discards an unfinished direct upload (``TransferError.upload_id`` names it).
+
+        >>> client.files.abort_upload("upl_123")  # doctest: +SKIP
+        """
+        self._client._core.abort_upload(upload_id, False)
 
     def upload_base64(
         self, name: str, data: bytes | bytearray | memoryview | str, *, content_type: str | None = None
@@ -122,16 +156,25 @@ class Files:
         result: dict[str, Any] = self._client._core.files_info(False)
         return result
 
-    def download(self, file_id: str, path: StrPath) -> Path:
+    def download(
+        self,
+        file_id: str,
+        path: StrPath,
+        *,
+        on_progress: Optional[ProgressCallback] = None,
+        progress: bool = False,
+    ) -> Path:
         """Streams a file to ``path`` (a file path, or a folder to save it in under its name). The bytes
         go to a temporary file renamed only when complete: an interrupted download never leaves a
-        truncated file under ``path``. Returns the path written.
+        truncated file under ``path``. Returns the path written. Progress as in :meth:`upload`.
 
         >>> client.files.download("notes.txt", "/tmp/")  # doctest: +SKIP
         PosixPath('/tmp/notes.txt')
         """
         target = _target(file_id, path)
-        self._client._core.download_file(file_id, os.fspath(target), False)
+        with reporting(on_progress, progress, file_id) as r:
+            self._client._core.download_file(file_id, os.fspath(target), r.handle, r.tick if r.active else None,
+                                             False)
         return target
 
     def delete(self, file_id: str) -> FileRecord:
@@ -149,9 +192,28 @@ class AsyncFiles:
     def __init__(self, client: HasCore) -> None:
         self._client = client
 
-    async def upload(self, path: StrPath, *, content_type: str | None = None) -> FileRecord:
+    async def upload(
+        self,
+        path: StrPath,
+        *,
+        method: UploadMethod = "auto",
+        resume: bool = True,
+        concurrency: int | None = None,
+        direct_threshold: int | None = None,
+        on_progress: Optional[ProgressCallback] = None,
+        progress: bool = False,
+        content_type: str | None = None,
+    ) -> FileRecord:
         """See :meth:`Files.upload`."""
-        return FileRecord.from_dict(await self._client._core.upload_file(os.fspath(path), content_type, True))
+        async with reporting_async(on_progress, progress, os.path.basename(os.fspath(path))) as r:
+            raw = await self._client._core.upload_file(
+                os.fspath(path), content_type, method, resume, concurrency, direct_threshold, r.handle, None, True
+            )
+        return FileRecord.from_dict(raw)
+
+    async def abort_upload(self, upload_id: str) -> None:
+        """See :meth:`Files.abort_upload`."""
+        await self._client._core.abort_upload(upload_id, True)
 
     async def upload_base64(
         self, name: str, data: bytes | bytearray | memoryview | str, *, content_type: str | None = None
@@ -185,10 +247,18 @@ class AsyncFiles:
         result: dict[str, Any] = await self._client._core.files_info(True)
         return result
 
-    async def download(self, file_id: str, path: StrPath) -> Path:
+    async def download(
+        self,
+        file_id: str,
+        path: StrPath,
+        *,
+        on_progress: Optional[ProgressCallback] = None,
+        progress: bool = False,
+    ) -> Path:
         """See :meth:`Files.download`."""
         target = _target(file_id, path)
-        await self._client._core.download_file(file_id, os.fspath(target), True)
+        async with reporting_async(on_progress, progress, file_id) as r:
+            await self._client._core.download_file(file_id, os.fspath(target), r.handle, None, True)
         return target
 
     async def delete(self, file_id: str) -> FileRecord:

@@ -1,0 +1,344 @@
+//! The direct-to-cloud upload: parts sent in parallel from their file offsets, each retried
+//! (and its URL refreshed when expired), each checkpointed, so an interrupted upload resumes
+//! with only the parts the platform has not recorded.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use reqwest::Method;
+use serde::Serialize;
+
+use super::error::Error;
+use super::transport::{read_body, Call, RequestBody, Transport};
+use crate::wire::files::mime_for_name;
+use crate::wire::uploads::{
+    CompleteResponse, InitiateRequest, InitiateResponse, PartTarget, PartToken, PartUrlsRequest,
+    PartUrlsResponse, PartsRequest,
+};
+
+/// Parts in flight when the caller does not say. Loopback measurements (benchmarks/) show a
+/// single stream already near the link's limit; a few streams hide per-part round trips.
+pub const DEFAULT_CONCURRENCY: usize = 4;
+/// How many times one part's URL is refreshed before giving up (expiry is not a retry).
+const MAX_URL_REFRESHES: u32 = 3;
+
+/// Bytes moved so far and bytes in all, shared between the transfer and whoever reports it.
+#[derive(Debug, Default)]
+pub struct TransferProgress {
+    /// Shared with the byte streams, which add to it as they hand bytes to the connection.
+    pub done: Arc<AtomicU64>,
+    pub total: AtomicU64,
+}
+
+impl TransferProgress {
+    pub fn snapshot(&self) -> (u64, u64) {
+        (self.done.load(Ordering::Relaxed), self.total.load(Ordering::Relaxed))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct DirectUploadOptions {
+    /// Continue an upload of the same file that was started and not completed.
+    pub resume: bool,
+    pub concurrency: usize,
+    pub content_type: Option<String>,
+}
+
+/// What a finished direct upload returns: the file's id (its name) and the platform's record.
+#[derive(Debug, Clone)]
+pub struct DirectUploadResult {
+    pub file_id: String,
+    pub complete: CompleteResponse,
+}
+
+fn post_json<T: Serialize>(transport: &Transport, path: &str, body: &T) -> Result<Call, Error> {
+    let bytes = serde_json::to_vec(body)
+        .map_err(|e| Error::invalid_argument("body", format!("cannot be serialised: {e}")))?;
+    Ok(Call::post_json(transport.config.url(path), Bytes::from(bytes)))
+}
+
+fn upload_path(upload_id: &str, rest: &str) -> Result<String, Error> {
+    if upload_id.is_empty() || upload_id.contains('/') {
+        return Err(Error::invalid_argument("upload_id", format!("{upload_id:?} is not an upload id")));
+    }
+    Ok(format!("/files/uploads/{upload_id}{rest}"))
+}
+
+/// The content type sent with `initiate`: from the extension (JSONL included), else the caller's,
+/// else generic bytes.
+fn direct_type(name: &str, content_type: Option<&str>) -> String {
+    mime_for_name(name)
+        .map(str::to_string)
+        .or_else(|| content_type.map(str::to_string))
+        .unwrap_or_else(|| "application/octet-stream".to_string())
+}
+
+pub async fn upload_direct(
+    transport: &Transport,
+    path: &Path,
+    opts: &DirectUploadOptions,
+    progress: Arc<TransferProgress>,
+) -> Result<DirectUploadResult, Error> {
+    if opts.concurrency == 0 {
+        return Err(Error::invalid_argument("concurrency", "must be at least 1"));
+    }
+    let meta = tokio::fs::metadata(path).await.map_err(|e| Error::io(path.display(), e))?;
+    if !meta.is_file() {
+        return Err(Error::invalid_argument("path", format!("{} is not a regular file", path.display())));
+    }
+    let file_id = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Error::invalid_argument("path", format!("{} has no usable file name", path.display())))?
+        .to_string();
+    let num_bytes = meta.len();
+    let request = InitiateRequest {
+        filename: file_id.clone(),
+        file_type: direct_type(&file_id, opts.content_type.as_deref()),
+        num_bytes,
+        resume_if_started: Some(true),
+    };
+    if !opts.resume {
+        // Starting over: discard an unfinished upload of the same file, if there is one, so it
+        // is not left half-registered.
+        let found: InitiateResponse = transport.json(&post_json(transport, "/files/uploads/initiate", &request)?).await?;
+        if found.is_resume == Some(true) {
+            abort(transport, &found.upload_id).await?;
+        } else {
+            return send_parts(transport, path, file_id, num_bytes, found, opts, progress).await;
+        }
+    }
+    let started: InitiateResponse = transport.json(&post_json(transport, "/files/uploads/initiate", &request)?).await?;
+    send_parts(transport, path, file_id, num_bytes, started, opts, progress).await
+}
+
+async fn send_parts(
+    transport: &Transport,
+    path: &Path,
+    file_id: String,
+    num_bytes: u64,
+    started: InitiateResponse,
+    opts: &DirectUploadOptions,
+    progress: Arc<TransferProgress>,
+) -> Result<DirectUploadResult, Error> {
+    let upload_id = started.upload_id.clone();
+    let parts = part_ranges(&started, num_bytes)?;
+    let remaining: u64 = parts.iter().map(|p| p.len).sum();
+    progress.total.store(num_bytes, Ordering::Relaxed);
+    // Parts checkpointed by an earlier run count as done.
+    progress.done.store(num_bytes.saturating_sub(remaining), Ordering::Relaxed);
+    if started.is_resume == Some(true) {
+        log::debug!("resuming upload {upload_id} of {file_id}: {} parts left", parts.len());
+    }
+
+    let sent = stream::iter(parts.into_iter().map(|part| {
+        let transport = transport.clone();
+        let progress = progress.clone();
+        let upload_id = upload_id.clone();
+        let path = path.to_path_buf();
+        async move {
+            let token = send_part(&transport, &upload_id, &path, &part, &progress).await?;
+            checkpoint(&transport, &upload_id, &token).await;
+            Ok::<PartToken, Error>(token)
+        }
+    }))
+    .buffer_unordered(opts.concurrency)
+    .try_collect::<Vec<PartToken>>()
+    .await;
+
+    let mut tokens = sent.map_err(|err| resumable_failure(&upload_id, path, err))?;
+    tokens.sort_by_key(|t| t.part_number);
+    let call = post_json(transport, &upload_path(&upload_id, "/complete")?, &PartsRequest { parts: tokens })?;
+    let complete: CompleteResponse = transport
+        .json(&call)
+        .await
+        .map_err(|err| resumable_failure(&upload_id, path, err))?;
+    progress.done.store(num_bytes, Ordering::Relaxed);
+    Ok(DirectUploadResult { file_id, complete })
+}
+
+/// A part with its byte range resolved.
+#[derive(Debug, Clone)]
+struct PartRange {
+    number: u32,
+    url: String,
+    offset: u64,
+    len: u64,
+}
+
+fn part_ranges(started: &InitiateResponse, num_bytes: u64) -> Result<Vec<PartRange>, Error> {
+    let part_size = started.part_size;
+    started
+        .parts
+        .iter()
+        .map(|p: &PartTarget| {
+            let offset = match (p.offset, part_size) {
+                (Some(o), _) => o,
+                (None, Some(size)) => u64::from(p.part_number.saturating_sub(1)) * size,
+                (None, None) => 0,
+            };
+            let len = match (p.length, part_size) {
+                (Some(l), _) => l,
+                (None, Some(size)) => size.min(num_bytes.saturating_sub(offset)),
+                (None, None) => num_bytes.saturating_sub(offset),
+            };
+            if offset.checked_add(len).is_none_or(|end| end > num_bytes) {
+                return Err(Error::Decode {
+                    url: String::new(),
+                    message: format!(
+                        "part {} covers bytes {offset}..{} of a {num_bytes}-byte file",
+                        p.part_number,
+                        offset.saturating_add(len)
+                    ),
+                    body: String::new(),
+                });
+            }
+            Ok(PartRange { number: p.part_number, url: p.url.clone(), offset, len })
+        })
+        .collect()
+}
+
+/// Sends one part under the retry rule, refreshing its URL when the storage says it expired.
+async fn send_part(
+    transport: &Transport,
+    upload_id: &str,
+    path: &PathBuf,
+    part: &PartRange,
+    progress: &Arc<TransferProgress>,
+) -> Result<PartToken, Error> {
+    let policy = &transport.config.retry;
+    let mut url = part.url.clone();
+    let mut attempt: u32 = 0;
+    let mut retries: u32 = 0;
+    let mut refreshes: u32 = 0;
+    loop {
+        attempt += 1;
+        let this_attempt = Arc::new(AtomicU64::new(0));
+        let call = Call {
+            body: RequestBody::FileRange {
+                path: path.clone(),
+                offset: part.offset,
+                len: part.len,
+                progress: vec![this_attempt.clone(), progress.done.clone()],
+            },
+            streaming: true,
+            authenticated: false,
+            ..Call::new(Method::PUT, url.clone())
+        };
+        let result = match transport.send_once(&call, attempt).await {
+            Ok(response) => part_token(part.number, response).await,
+            Err(err) => Err(err),
+        };
+        let err = match result {
+            Ok(token) => return Ok(token),
+            Err(err) => err,
+        };
+        // Bytes of a failed attempt will be sent again: take them back off the total.
+        progress.done.fetch_sub(this_attempt.load(Ordering::Relaxed), Ordering::Relaxed);
+        if url_expired(&err) && refreshes < MAX_URL_REFRESHES {
+            refreshes += 1;
+            log::debug!("upload {upload_id} part {}: URL expired, refreshing", part.number);
+            url = refresh_url(transport, upload_id, part.number).await?;
+            continue;
+        }
+        if err.is_retryable() && retries < policy.max_retries {
+            retries += 1;
+            let delay = policy.delay(retries, err.retry_after());
+            log::debug!("upload {upload_id} part {} attempt {attempt} failed ({err}); retrying in {:.3}s", part.number, delay.as_secs_f64());
+            tokio::time::sleep(delay).await;
+            continue;
+        }
+        return Err(err);
+    }
+}
+
+/// The storage's answer to a part PUT: its `ETag` is the part's token.
+async fn part_token(number: u32, response: reqwest::Response) -> Result<PartToken, Error> {
+    let url = response.url().to_string();
+    let etag = response
+        .headers()
+        .get(reqwest::header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let _ = read_body(response).await?;
+    let token = etag.ok_or_else(|| Error::Decode {
+        url,
+        message: format!("part {number} was stored but the answer carried no ETag"),
+        body: String::new(),
+    })?;
+    Ok(PartToken { part_number: number, part_token: token })
+}
+
+/// Storage answers 403 for an expired signature, or 400 mentioning `TokenExpired`.
+fn url_expired(err: &Error) -> bool {
+    match err {
+        Error::Api(api) => api.status == 403 || (api.status == 400 && api.body.contains("TokenExpired")),
+        _ => false,
+    }
+}
+
+async fn refresh_url(transport: &Transport, upload_id: &str, part_number: u32) -> Result<String, Error> {
+    let call = post_json(
+        transport,
+        &upload_path(upload_id, "/parts/urls")?,
+        &PartUrlsRequest { part_numbers: vec![part_number] },
+    )?;
+    let fresh: PartUrlsResponse = transport.json(&call).await?;
+    fresh
+        .parts
+        .into_iter()
+        .find(|p| p.part_number == part_number)
+        .map(|p| p.url)
+        .ok_or_else(|| Error::Decode {
+            url: call.url.clone(),
+            message: format!("no fresh URL for part {part_number}"),
+            body: String::new(),
+        })
+}
+
+/// Records a finished part so a later run skips it. Best effort: a lost checkpoint only means
+/// the part is sent again on resume.
+async fn checkpoint(transport: &Transport, upload_id: &str, token: &PartToken) {
+    let call = upload_path(upload_id, "/parts/checkpoint")
+        .and_then(|p| post_json(transport, &p, &PartsRequest { parts: vec![token.clone()] }));
+    let result = match call {
+        Ok(call) => transport.json::<serde_json::Value>(&call).await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    if let Err(err) = result {
+        log::debug!("upload {upload_id}: checkpoint of part {} failed ({err}); it will be re-sent on resume", token.part_number);
+    }
+}
+
+pub async fn abort(transport: &Transport, upload_id: &str) -> Result<(), Error> {
+    let call = Call::new(Method::POST, transport.config.url(&upload_path(upload_id, "/abort")?));
+    transport.json::<serde_json::Value>(&call).await.map(|_| ())
+}
+
+fn resumable_failure(upload_id: &str, path: &Path, err: Error) -> Error {
+    match err {
+        // Wrong arguments and missing files are not transfer failures.
+        Error::InvalidArgument { .. } | Error::Config(_) => err,
+        Error::Api(ref api) if api.status == 404 => Error::Transfer {
+            message: format!(
+                "upload {upload_id} of {} is no longer known to the platform ({err}); upload the file again",
+                path.display()
+            ),
+            resumable: false,
+            upload_id: Some(upload_id.to_string()),
+        },
+        other => Error::Transfer {
+            message: format!(
+                "upload {upload_id} of {} stopped: {other}. Parts already sent are kept: call \
+                 files.upload() on the same path again to resume, or files.abort_upload({upload_id:?}) \
+                 to discard them",
+                path.display()
+            ),
+            resumable: true,
+            upload_id: Some(upload_id.to_string()),
+        },
+    }
+}
