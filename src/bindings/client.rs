@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -25,7 +26,10 @@ use crate::client::{Error, Transport};
 
 #[pyclass(module = "sensorium._core", name = "CoreClient", frozen)]
 pub struct CoreClient {
-    transport: Transport,
+    /// The transport and the process it was built in. A forked child must not use the parent's
+    /// pooled connections: their tasks ran on the parent's runtime threads, which the child does
+    /// not have, so a request would wait forever. The child rebuilds the pool on first use.
+    transport: Mutex<(u32, Transport)>,
 }
 
 fn seconds(value: Option<f64>, arg: &str) -> Result<Option<Duration>, Error> {
@@ -66,8 +70,20 @@ fn apply_options(
 }
 
 impl CoreClient {
+    fn new(transport: Transport) -> Self {
+        CoreClient { transport: Mutex::new((std::process::id(), transport)) }
+    }
+
     fn transport(&self) -> Transport {
-        self.transport.clone()
+        let mut slot = self.transport.lock();
+        let pid = std::process::id();
+        if slot.0 != pid {
+            match Transport::new((*slot.1.config).clone()) {
+                Ok(fresh) => *slot = (pid, fresh),
+                Err(err) => log::warn!("could not rebuild the connection pool after fork: {err}"),
+            }
+        }
+        slot.1.clone()
     }
 }
 
@@ -90,7 +106,7 @@ impl CoreClient {
             apply_options(&mut config, timeout, connect_timeout, read_timeout, max_retries, default_headers)?;
             Transport::new(config)
         };
-        build().map(|transport| CoreClient { transport }).map_err(|e| to_pyerr(py, e))
+        build().map(CoreClient::new).map_err(|e| to_pyerr(py, e))
     }
 
     /// A copy with other options that shares this client's connection pool.
@@ -104,19 +120,20 @@ impl CoreClient {
         max_retries: i64,
         default_headers: Option<Vec<(String, String)>>,
     ) -> PyResult<Self> {
-        let mut config = (*self.transport.config).clone();
+        let current = self.transport();
+        let mut config = (*current.config).clone();
         let result = apply_options(&mut config, timeout, connect_timeout, read_timeout, max_retries, default_headers)
-            .and_then(|_| self.transport.with_config(config));
-        result.map(|transport| CoreClient { transport }).map_err(|e| to_pyerr(py, e))
+            .and_then(|_| current.with_config(config));
+        result.map(CoreClient::new).map_err(|e| to_pyerr(py, e))
     }
 
     #[getter]
     fn base_url(&self) -> String {
-        self.transport.config.base_url()
+        self.transport().config.base_url()
     }
 
     fn __repr__(&self) -> String {
-        format!("CoreClient(base_url={:?})", self.transport.config.base_url())
+        format!("CoreClient(base_url={:?})", self.base_url())
     }
 
     fn __reduce__(&self) -> PyResult<()> {
