@@ -342,3 +342,82 @@ fn resumable_failure(upload_id: &str, path: &Path, err: Error) -> Error {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::error::ApiError;
+
+    fn started(parts: Vec<PartTarget>, part_size: Option<u64>) -> InitiateResponse {
+        InitiateResponse {
+            upload_id: "upl_1".into(),
+            file_uid: None,
+            strategy: Some("multipart".into()),
+            num_parts: None,
+            part_size,
+            parts,
+            expires_at: None,
+            is_resume: None,
+            total_bytes: None,
+        }
+    }
+
+    fn target(n: u32, offset: Option<u64>, length: Option<u64>) -> PartTarget {
+        PartTarget { part_number: n, url: format!("http://s/{n}"), offset, length }
+    }
+
+    #[test]
+    fn ranges_from_explicit_offsets_or_part_size() {
+        let explicit = part_ranges(&started(vec![target(2, Some(10), Some(5))], None), 15).unwrap();
+        assert_eq!((explicit[0].offset, explicit[0].len), (10, 5));
+        let derived =
+            part_ranges(&started(vec![target(1, None, None), target(3, None, None)], Some(4)), 10).unwrap();
+        assert_eq!((derived[0].offset, derived[0].len), (0, 4));
+        assert_eq!((derived[1].offset, derived[1].len), (8, 2), "the last part is short");
+    }
+
+    #[test]
+    fn ranges_past_the_file_are_refused() {
+        assert!(part_ranges(&started(vec![target(1, Some(8), Some(5))], None), 10).is_err());
+        assert!(part_ranges(&started(vec![target(1, Some(u64::MAX), Some(5))], None), 10).is_err());
+    }
+
+    fn api(status: u16, body: &str) -> Error {
+        Error::Api(ApiError {
+            status,
+            method: "PUT".into(),
+            url: "u".into(),
+            errors: vec![],
+            body: body.into(),
+            json: None,
+            retry_after: None,
+            attempt: 1,
+            after_lost_response: false,
+        })
+    }
+
+    #[test]
+    fn expiry_is_403_or_400_token_expired() {
+        assert!(url_expired(&api(403, "")));
+        assert!(url_expired(&api(400, "<Code>TokenExpired</Code>")));
+        assert!(!url_expired(&api(400, "bad part")));
+        assert!(!url_expired(&api(500, "TokenExpired")));
+    }
+
+    #[test]
+    fn failures_say_how_to_resume() {
+        let err = resumable_failure("upl_9", Path::new("/data/big.bin"), api(503, ""));
+        match err {
+            Error::Transfer { resumable, upload_id, message } => {
+                assert!(resumable);
+                assert_eq!(upload_id.as_deref(), Some("upl_9"));
+                assert!(message.contains("resume") && message.contains("abort_upload"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            resumable_failure("upl_9", Path::new("x"), api(404, "")),
+            Error::Transfer { resumable: false, .. }
+        ));
+    }
+}
