@@ -2,3 +2,4 @@
 //! release, signal checks and async bridging. No protocol logic lives here.
 
 pub mod runtime;
+pub mod emulator;

@@ -8,6 +8,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde::Serialize;
 use serde_json::json;
 
 use super::listing::ListParams;
@@ -22,14 +23,30 @@ fn file_id_of(path: Result<Path<String>, PathRejection>) -> Result<String, ApiEr
         .map_err(|e| ApiError::invalid_request(format!("Bad file id in the path: {e}")))
 }
 
+/// The file listing always carries `prev_cursor` (null at the start), unlike other cursor
+/// lists, whose shared wire type omits it when absent.
+#[derive(Serialize)]
+pub(crate) struct FilePage {
+    data: Vec<FileRecord>,
+    has_more: bool,
+    next_cursor: Option<String>,
+    prev_cursor: Option<String>,
+}
+
+impl From<CursorPage<FileRecord>> for FilePage {
+    fn from(p: CursorPage<FileRecord>) -> Self {
+        FilePage { data: p.data, has_more: p.has_more, next_cursor: p.next_cursor, prev_cursor: p.prev_cursor }
+    }
+}
+
 pub(crate) async fn list(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-) -> Result<Json<CursorPage<FileRecord>>, ApiError> {
+) -> Result<Json<FilePage>, ApiError> {
     let org = auth::require_org(&shared, &headers)?;
     let params = ListParams::parse(query.as_deref().unwrap_or(""), &shared.cursor_secret)?;
-    Ok(Json(params.page(shared.files.list(&org), &shared.cursor_secret)))
+    Ok(Json(params.page(shared.files.list(&org), &shared.cursor_secret).into()))
 }
 
 pub(crate) async fn metadata(
