@@ -561,3 +561,19 @@ def test_control_routes(emu: Emulator) -> None:
 def test_python_inject_rejects_unknown_action(emu: Emulator) -> None:
     with pytest.raises(ValueError, match="explode"):
         emu.inject("GET", "/models", action="explode")  # type: ignore[arg-type]
+
+
+def test_query_accepts_bodies_over_axum_default_limit(emu: Emulator) -> None:
+    # ~3 MB of numbers: above axum's 2 MB default, well under the emulator's 64 MiB.
+    long = [round(math.sin(i * 0.01), 6) for i in range(300_000)]
+    reply = post_json(emu, "/query", _numeric([long]))
+    assert reply.status == 200, reply.raw[:200]
+    assert reply.json()["response"]["warning_messages"] == ["window of 300000 points was truncated to its last 1024"]
+    assert emu.requests[-1].body_len > 2_000_000
+
+
+def test_upload_larger_than_axum_default_limit(emu: Emulator) -> None:
+    content = bytes(range(256)) * 12_000  # ~3 MB
+    assert upload(emu, "big.csv", content).status == 200
+    assert request(emu, "GET", "/files/download/big.csv").raw == content
+    assert request(emu, "GET", "/files/metadata/big.csv").json()["file_type"] == "text/csv"
