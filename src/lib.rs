@@ -17,5 +17,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bindings::results::Progress>()?;
     m.add_function(wrap_pyfunction!(bindings::logging::reset_logging, m)?)?;
     bindings::logging::install(m.py());
+    m.add_class::<bindings::emulator::EmulatorServer>()?;
     Ok(())
 }

@@ -5,7 +5,7 @@ import numpy as np
 import numpy.typing as npt
 
 __version__: str
-__all__ = ["CoreClient", "Embeddings", "NumericEvent", "Progress", "QueryResult", "__version__", "reset_logging"]
+__all__ = ["CoreClient", "Embeddings", "EmulatorServer", "NumericEvent", "Progress", "QueryResult", "__version__", "reset_logging"]
 
 def reset_logging() -> None: ...
 
@@ -134,3 +134,38 @@ class CoreClient:
         cursor: str | None,
         asynchronous: bool,
     ) -> Any: ...
+
+@final
+class EmulatorServer:
+    def __new__(
+        cls,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        query_delay: float = 0.0,
+        max_upload_bytes: int | None = None,
+        api_key: str | None = None,
+    ) -> EmulatorServer: ...
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def api_key(self) -> str: ...
+    def new_api_key(self, org: str | None = None) -> str: ...
+    def inject(
+        self,
+        method: str | None,
+        path: str,
+        status: int | None = None,
+        retry_after: float | None = None,
+        delay: float | None = None,
+        action: str | None = None,
+        times: int | None = ...,
+        probability: float = 1.0,
+    ) -> None: ...
+    def clear_faults(self) -> None: ...
+    def fail_queries(self, error_msg: str, times: int = 1) -> None: ...
+    def set_query_delay(self, seconds: float) -> None: ...
+    def requests(self) -> list[dict[str, Any]]: ...
+    def clear_requests(self) -> None: ...
+    def stop(self) -> None: ...

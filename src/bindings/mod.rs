@@ -8,3 +8,4 @@ pub mod errors;
 pub mod numeric;
 pub mod results;
 pub mod runtime;
+pub mod emulator;

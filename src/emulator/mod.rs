@@ -1,1 +1,146 @@
-//! The emulator: a local test double of the platform (axum), in pure Rust (no pyo3).
+//! The emulator: a local test double of the platform's HTTP API (axum on hyper), in pure Rust
+//! (no pyo3). It serves direct query with deterministic stand-in models, files, and models, keeps
+//! per-organization state in memory and file contents in a temp dir, injects faults and records
+//! what it received. It never presents itself as the hosted service: every answer carries
+//! `Server: sensorium-emulator`.
+
+mod api_error;
+mod app;
+mod auth;
+mod control;
+mod faults;
+mod files;
+mod models;
+mod options;
+mod query;
+mod recorder;
+mod server;
+mod state;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+pub use app::API_PREFIX;
+pub use faults::{FaultAction, FaultRule};
+pub use models::MODEL_IDS;
+pub use options::EmulatorOptions;
+pub use recorder::{RecordedRequest, BODY_CAPTURE_LIMIT};
+pub use state::DEFAULT_ORG;
+
+use state::Shared;
+
+/// A running emulator. Cheap to clone; every clone controls the same server. The server stops
+/// when [`Emulator::shutdown`] is awaited or the last handle is dropped.
+#[derive(Clone)]
+pub struct Emulator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    server: Mutex<Option<JoinHandle<()>>>,
+    data_dir: Mutex<Option<tempfile::TempDir>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shared.shutdown.cancel();
+    }
+}
+
+impl Emulator {
+    /// Binds and spawns the server on the current tokio runtime.
+    pub async fn start(opts: EmulatorOptions) -> std::io::Result<Emulator> {
+        let data_dir = tempfile::Builder::new().prefix("sensorium-emulator-").tempdir()?;
+        let listener = TcpListener::bind((opts.host, opts.port)).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared::new(
+            data_dir.path().to_path_buf(),
+            opts.max_upload_bytes,
+            opts.query_delay,
+            opts.api_key,
+        ));
+        let app = app::router(shared.clone());
+        let server = tokio::spawn(server::serve(listener, app, shared.clone()));
+        Ok(Emulator {
+            inner: Arc::new(Inner {
+                shared,
+                addr,
+                server: Mutex::new(Some(server)),
+                data_dir: Mutex::new(Some(data_dir)),
+            }),
+        })
+    }
+
+    /// `http://HOST:PORT/v0.5`. A wildcard bind address is reported as loopback, which is
+    /// where a local client can reach it.
+    pub fn base_url(&self) -> String {
+        let ip = match self.inner.addr.ip() {
+            IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        format!("http://{}{API_PREFIX}", SocketAddr::new(ip, self.port()))
+    }
+
+    pub fn port(&self) -> u16 {
+        self.inner.addr.port()
+    }
+
+    /// Key of the default organization.
+    pub fn api_key(&self) -> String {
+        self.inner.shared.default_key.clone()
+    }
+
+    /// `None`: a key for a new organization; `Some(name)`: a key for that (possibly new) one.
+    pub fn new_api_key(&self, org: Option<&str>) -> String {
+        self.inner.shared.issue_key(org)
+    }
+
+    pub fn inject(&self, rule: FaultRule) {
+        self.inner.shared.faults.push(rule);
+    }
+
+    pub fn clear_faults(&self) {
+        self.inner.shared.faults.clear();
+    }
+
+    /// The next `times` queries answer 200 with `status: "failed"` and this `error_msg`.
+    pub fn fail_queries(&self, error_msg: &str, times: u32) {
+        self.inner.shared.fail_queries(error_msg, times);
+    }
+
+    pub fn set_query_delay(&self, d: Duration) {
+        *self.inner.shared.query_delay.lock() = d;
+    }
+
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.inner.shared.recorder.all()
+    }
+
+    pub fn clear_requests(&self) {
+        self.inner.shared.recorder.clear();
+    }
+
+    /// Stops accepting, closes every connection and removes the data dir. Idempotent.
+    pub async fn shutdown(&self) {
+        self.inner.shared.shutdown.cancel();
+        let server = self.inner.server.lock().take();
+        if let Some(server) = server {
+            let _ = server.await;
+        }
+        let dir = self.inner.data_dir.lock().take();
+        if let Some(dir) = dir {
+            let _ = dir.close();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

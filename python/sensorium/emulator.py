@@ -1,0 +1,57 @@
+"""Run the emulator as a server: ``python -m sensorium.emulator --port 8765``.
+
+Prints the base URL and the API key of the default organization, then serves until Ctrl-C or
+SIGTERM. Tests in another process can steer it over ``/_emulator/*`` (faults, request log,
+keys). It is a local test double, not the hosted service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Optional, Sequence
+
+from sensorium._core import EmulatorServer
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m sensorium.emulator",
+        description="Local test double of the sensorium platform API (not the hosted service).",
+    )
+    p.add_argument("--port", type=int, default=0, help="port to listen on (0: any free port)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--api-key", default=None, help="key of the default organization (default: random)")
+    p.add_argument("--query-delay", type=float, default=0.0, help="simulated worker seconds per query")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    server = EmulatorServer(
+        port=args.port, host=args.host, query_delay=args.query_delay, api_key=args.api_key
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Optional[FrameType]) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    if hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, on_signal)
+    print(f"SENSORIUM_BASE_URL={server.base_url}", flush=True)
+    print(f"SENSORIUM_API_KEY={server.api_key}", flush=True)
+    try:
+        # Waiting in short slices lets the signal handlers run promptly on every platform.
+        while not stop.wait(0.2):
+            pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

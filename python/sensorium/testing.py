@@ -1,0 +1,197 @@
+"""Test helpers: a local emulator of the platform, for your own test suites.
+
+The emulator is a faithful local test double of the platform's HTTP API (direct query with
+deterministic stand-in models, files, models). It is not the hosted service and never claims
+to be: every answer carries ``Server: sensorium-emulator``.
+
+Example::
+
+    from sensorium.testing import Emulator
+
+    with Emulator() as emu:
+        client = emu.client()
+        emu.inject("POST", "/query", 503, retry_after=0)   # the next query gets a 503 once
+        answer = client.query(model="Reasoner::c2_4_7b_251215a172f6d7", query="hi")
+        assert [r.attempt for r in emu.requests] == [1, 2]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional
+
+from sensorium._core import EmulatorServer
+
+if TYPE_CHECKING:
+    from sensorium import AsyncClient, Client
+
+__all__ = ["Emulator", "RecordedRequest", "FaultActionName"]
+
+FaultActionName = Literal["reset", "stall", "truncate"]
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the emulator received.
+
+    ``headers`` has lowercase names; the ``authorization`` value reads ``Bearer <redacted>``.
+    ``attempt`` is 1 plus the ``x-sensorium-retry-count`` header the client sent. ``body`` holds
+    JSON bodies only (first MiB); ``body_len`` counts every body byte read. ``status`` is 0
+    when the emulator reset the connection instead of answering.
+    """
+
+    method: str
+    path: str
+    query: str
+    headers: Mapping[str, str]
+    attempt: int
+    org: Optional[str]
+    body: Optional[bytes]
+    body_len: int
+    status: int
+
+
+class Emulator:
+    """A running emulator on 127.0.0.1, stopped by :meth:`stop` or on leaving a ``with`` block.
+
+    Example::
+
+        with Emulator(query_delay=0.0) as emu:
+            print(emu.base_url)               # http://127.0.0.1:PORT/v0.5
+            other_org_key = emu.new_api_key()
+            emu.fail_queries("worker crashed", times=1)
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        query_delay: float = 0.0,
+        max_upload_bytes: Optional[int] = None,
+        api_key: Optional[str] = None,
+    ) -> None:
+        self._server = EmulatorServer(
+            port=port,
+            query_delay=query_delay,
+            max_upload_bytes=max_upload_bytes,
+            api_key=api_key,
+        )
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v0.5``."""
+        return self._server.base_url
+
+    @property
+    def api_key(self) -> str:
+        """Key of the default organization."""
+        return self._server.api_key
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    def client(self, **kwargs: Any) -> "Client":
+        """A :class:`sensorium.Client` bound to this emulator.
+
+        Example::
+
+            client = emu.client(max_retries=0)
+        """
+        from sensorium import Client
+
+        return Client(api_key=self.api_key, base_url=self.base_url, **kwargs)
+
+    def async_client(self, **kwargs: Any) -> "AsyncClient":
+        """A :class:`sensorium.AsyncClient` bound to this emulator."""
+        from sensorium import AsyncClient
+
+        return AsyncClient(api_key=self.api_key, base_url=self.base_url, **kwargs)
+
+    def new_api_key(self, org: Optional[str] = None) -> str:
+        """A key for a new organization, or for ``org`` (created when new).
+
+        Example::
+
+            key_b = emu.new_api_key()          # files of org B are invisible to the default org
+            key_a2 = emu.new_api_key("team-a") # two keys for the same org "team-a"
+        """
+        return self._server.new_api_key(org)
+
+    def inject(
+        self,
+        method: Optional[str],
+        path: str,
+        status: Optional[int] = None,
+        *,
+        retry_after: Optional[float] = None,
+        delay: Optional[float] = None,
+        action: Optional[FaultActionName] = None,
+        times: Optional[int] = 1,
+        probability: float = 1.0,
+    ) -> None:
+        """Add a fault rule. Rules are checked in order; a matching rule uses up one of ``times``
+        (``None``: every time).
+
+        ``path`` matches with or without ``/v0.5``; a trailing ``*`` matches a prefix.
+        ``method=None`` matches any method. ``status`` answers with the platform's error body
+        (and ``Retry-After`` when ``retry_after`` is given); ``delay`` (seconds) waits first;
+        ``action`` is ``"reset"`` (drop the connection), ``"stall"`` (send half the body, then
+        nothing) or ``"truncate"`` (send half the body, then close).
+
+        Example::
+
+            emu.inject("POST", "/query", 429, retry_after=1, times=2)
+            emu.inject("GET", "/files/download/*", action="truncate")
+        """
+        self._server.inject(
+            method,
+            path,
+            status=status,
+            retry_after=retry_after,
+            delay=delay,
+            action=action,
+            times=times,
+            probability=probability,
+        )
+
+    def clear_faults(self) -> None:
+        self._server.clear_faults()
+
+    def fail_queries(self, error_msg: str = "emulated worker failure", times: int = 1) -> None:
+        """The next ``times`` queries answer 200 with ``status: "failed"`` and ``error_msg``."""
+        self._server.fail_queries(error_msg, times)
+
+    def set_query_delay(self, seconds: float) -> None:
+        """Simulated worker time of each query (a query waits ``max_wait_time_sec`` at most,
+        then gets a 504)."""
+        self._server.set_query_delay(seconds)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Requests received so far (control routes excluded), oldest first."""
+        return [RecordedRequest(**r) for r in self._server.requests()]
+
+    def clear_requests(self) -> None:
+        self._server.clear_requests()
+
+    def stop(self) -> None:
+        """Stop the server and remove its data. Safe to call more than once."""
+        self._server.stop()
+
+    close = stop
+
+    def __enter__(self) -> "Emulator":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"Emulator(base_url={self.base_url!r})"

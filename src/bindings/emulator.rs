@@ -1,0 +1,164 @@
+//! `sensorium._core.EmulatorServer`: the emulator as a Python object. Argument conversion and
+//! waiting only; the behaviour lives in `crate::emulator`.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use crate::bindings::runtime;
+use crate::emulator::{Emulator, EmulatorOptions, FaultAction, FaultRule};
+
+#[pyclass(name = "EmulatorServer", module = "sensorium._core", frozen)]
+pub struct EmulatorServer {
+    emulator: Emulator,
+}
+
+fn seconds(value: f64, name: &str) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| PyValueError::new_err(format!("{name} must be a non-negative number of seconds, got {value}")))
+}
+
+fn parse_host(host: &str) -> PyResult<IpAddr> {
+    if host.eq_ignore_ascii_case("localhost") {
+        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    host.parse()
+        .map_err(|_| PyValueError::new_err(format!("host must be an IP address or 'localhost', got {host:?}")))
+}
+
+#[pymethods]
+impl EmulatorServer {
+    #[new]
+    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None))]
+    fn new(
+        py: Python<'_>,
+        port: u16,
+        host: &str,
+        query_delay: f64,
+        max_upload_bytes: Option<u64>,
+        api_key: Option<String>,
+    ) -> PyResult<Self> {
+        let defaults = EmulatorOptions::default();
+        let opts = EmulatorOptions {
+            host: parse_host(host)?,
+            port,
+            query_delay: seconds(query_delay, "query_delay")?,
+            max_upload_bytes: max_upload_bytes.unwrap_or(defaults.max_upload_bytes),
+            api_key,
+        };
+        let emulator = runtime::wait(py, async move {
+            Emulator::start(opts)
+                .await
+                .map_err(|e| PyOSError::new_err(format!("could not start the sensorium emulator: {e}")))
+        })?;
+        Ok(EmulatorServer { emulator })
+    }
+
+    #[getter]
+    fn base_url(&self) -> String {
+        self.emulator.base_url()
+    }
+
+    #[getter]
+    fn port(&self) -> u16 {
+        self.emulator.port()
+    }
+
+    #[getter]
+    fn api_key(&self) -> String {
+        self.emulator.api_key()
+    }
+
+    #[pyo3(signature = (org=None))]
+    fn new_api_key(&self, org: Option<&str>) -> String {
+        self.emulator.new_api_key(org)
+    }
+
+    #[pyo3(signature = (method, path, status=None, retry_after=None, delay=None, action=None, times=Some(1), probability=1.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn inject(
+        &self,
+        method: Option<String>,
+        path: String,
+        status: Option<u16>,
+        retry_after: Option<f64>,
+        delay: Option<f64>,
+        action: Option<&str>,
+        times: Option<u32>,
+        probability: f64,
+    ) -> PyResult<()> {
+        let action = action
+            .map(|a| a.parse::<FaultAction>().map_err(PyValueError::new_err))
+            .transpose()?;
+        if let Some(s) = status {
+            if !(100..=599).contains(&s) {
+                return Err(PyValueError::new_err(format!("status must be an HTTP status (100-599), got {s}")));
+            }
+        }
+        if !(0.0..=1.0).contains(&probability) {
+            return Err(PyValueError::new_err(format!("probability must be from 0 to 1, got {probability}")));
+        }
+        let delay = delay.map(|d| seconds(d, "delay")).transpose()?;
+        self.emulator.inject(FaultRule { method, path, status, retry_after, delay, action, times, probability });
+        Ok(())
+    }
+
+    fn clear_faults(&self) {
+        self.emulator.clear_faults();
+    }
+
+    #[pyo3(signature = (error_msg, times=1))]
+    fn fail_queries(&self, error_msg: &str, times: u32) {
+        self.emulator.fail_queries(error_msg, times);
+    }
+
+    #[pyo3(signature = (seconds))]
+    fn set_query_delay(&self, seconds: f64) -> PyResult<()> {
+        self.emulator.set_query_delay(self::seconds(seconds, "seconds")?);
+        Ok(())
+    }
+
+    fn requests<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.emulator
+            .requests()
+            .into_iter()
+            .map(|r| {
+                let d = PyDict::new(py);
+                d.set_item("method", r.method)?;
+                d.set_item("path", r.path)?;
+                d.set_item("query", r.query)?;
+                let headers = PyDict::new(py);
+                for (name, value) in r.headers {
+                    headers.set_item(name, value)?;
+                }
+                d.set_item("headers", headers)?;
+                d.set_item("attempt", r.attempt)?;
+                d.set_item("org", r.org)?;
+                d.set_item("body", r.body.map(|b| PyBytes::new(py, &b)))?;
+                d.set_item("body_len", r.body_len)?;
+                d.set_item("status", r.status)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    fn clear_requests(&self) {
+        self.emulator.clear_requests();
+    }
+
+    /// Stops the server, closes its connections and removes its data. Safe to call twice.
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        let emulator = self.emulator.clone();
+        runtime::wait(py, async move {
+            emulator.shutdown().await;
+            Ok(())
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("EmulatorServer(base_url={:?})", self.emulator.base_url())
+    }
+}

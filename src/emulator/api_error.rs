@@ -1,0 +1,115 @@
+//! Error answers in the spec's shapes: the `{errors: [...]}` envelope almost everywhere, and the
+//! legacy `{detail}` body that `/query` still uses for 401.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::wire::errors::{ErrorEnvelope, ErrorObject};
+
+/// A fresh `err-` uid, as the platform quotes in every error so a report can name it.
+pub(crate) fn error_uid() -> String {
+    format!("err-{}", uuid::Uuid::new_v4().simple())
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct ApiError {
+    pub status: StatusCode,
+    pub code: String,
+    pub message: String,
+    pub suggestion: Option<String>,
+    pub retry_after: Option<f64>,
+    /// Answer `{detail: message}` instead of the envelope (legacy 401 of `/query`).
+    pub legacy_detail: bool,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code: code.to_string(),
+            message: message.into(),
+            suggestion: None,
+            retry_after: None,
+            legacy_detail: false,
+        }
+    }
+
+    pub fn bad_request(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        Self::bad_request("invalid_request", message)
+    }
+
+    pub fn file_not_found(file_id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "file_not_found",
+            format!("File '{file_id}' was not found in this organization."),
+        )
+    }
+
+    pub fn payload_too_large(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
+    }
+
+    pub fn unauthorized_envelope() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized_request",
+            "Missing or invalid API key.",
+        )
+        .with_suggestion("Send the header 'Authorization: Bearer <API_KEY>' with a key the emulator issued.")
+    }
+
+    pub fn unauthorized_detail() -> Self {
+        let mut e = Self::new(StatusCode::UNAUTHORIZED, "unauthorized_request", "Invalid or missing API key.");
+        e.legacy_detail = true;
+        e
+    }
+
+    pub fn with_suggestion(mut self, suggestion: impl Into<String>) -> Self {
+        self.suggestion = Some(suggestion.into());
+        self
+    }
+
+    pub fn with_retry_after(mut self, seconds: Option<f64>) -> Self {
+        self.retry_after = seconds;
+        self
+    }
+}
+
+/// `Retry-After` as given: whole seconds print without a fraction so HTTP-strict clients parse it.
+pub(crate) fn retry_after_value(seconds: f64) -> String {
+    if seconds.fract() == 0.0 && seconds.abs() < 1e15 {
+        format!("{}", seconds as i64)
+    } else {
+        format!("{seconds}")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = if self.legacy_detail {
+            (self.status, Json(json!({ "detail": self.message }))).into_response()
+        } else {
+            let mut object = ErrorObject::new(&self.code, self.message).with_uid(error_uid());
+            object.suggestion = self.suggestion;
+            let body = ErrorEnvelope { errors: vec![object] };
+            (self.status, Json(body)).into_response()
+        };
+        if let Some(seconds) = self.retry_after {
+            if let Ok(value) = HeaderValue::from_str(&retry_after_value(seconds)) {
+                response.headers_mut().insert("retry-after", value);
+            }
+        }
+        response
+    }
+}

@@ -1,0 +1,187 @@
+//! `/_emulator/*`: the control surface for out-of-process tests (faults, request log, keys).
+//! No auth: it is a local test double, bound to loopback by default.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine;
+use serde_json::{json, Map, Value};
+
+use super::api_error::ApiError;
+use super::faults::{FaultAction, FaultRule};
+use super::recorder::RecordedRequest;
+use super::state::Shared;
+
+pub(crate) fn router() -> Router<Arc<Shared>> {
+    Router::new()
+        .route("/faults", post(add_fault).delete(clear_faults))
+        .route("/requests", get(list_requests).delete(clear_requests))
+        .route("/keys", post(new_key))
+        .route("/fail_queries", post(fail_queries))
+        .route("/query_delay", post(query_delay))
+}
+
+fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        _ => Err(ApiError::invalid_request("The body must be a JSON object.")),
+    }
+}
+
+fn seconds(v: &Value, name: &str) -> Result<Duration, ApiError> {
+    v.as_f64()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| ApiError::invalid_request(format!("'{name}' must be a non-negative number of seconds.")))
+}
+
+/// Parses a rule from JSON. `times` absent means 1, like the Python API (a forgotten `times`
+/// should not leave a permanent fault); `"times": null` means every time.
+pub(crate) fn rule_from_json(m: &Map<String, Value>) -> Result<FaultRule, ApiError> {
+    let text = |k: &str| -> Result<Option<String>, ApiError> {
+        match m.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(ApiError::invalid_request(format!("'{k}' must be a string."))),
+        }
+    };
+    let path = text("path")?.ok_or_else(|| ApiError::invalid_request("'path' is required."))?;
+    let status = match m.get("status") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .filter(|s| (100..=599).contains(s))
+                .map(|s| s as u16)
+                .ok_or_else(|| ApiError::invalid_request("'status' must be an HTTP status (100-599)."))?,
+        ),
+    };
+    let action = match text("action")? {
+        None => None,
+        Some(a) => Some(a.parse::<FaultAction>().map_err(ApiError::invalid_request)?),
+    };
+    let times = match m.get("times") {
+        None => Some(1),
+        Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| ApiError::invalid_request("'times' must be a non-negative integer or null."))?,
+        ),
+    };
+    let probability = match m.get("probability") {
+        None | Some(Value::Null) => 1.0,
+        Some(v) => v
+            .as_f64()
+            .filter(|p| (0.0..=1.0).contains(p))
+            .ok_or_else(|| ApiError::invalid_request("'probability' must be a number from 0 to 1."))?,
+    };
+    Ok(FaultRule {
+        method: text("method")?,
+        path,
+        status,
+        retry_after: match m.get("retry_after") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_f64().ok_or_else(|| ApiError::invalid_request("'retry_after' must be a number."))?),
+        },
+        delay: match m.get("delay") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(seconds(v, "delay")?),
+        },
+        action,
+        times,
+        probability,
+    })
+}
+
+async fn add_fault(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Result<Json<Value>, ApiError> {
+    let rule = rule_from_json(&object(&body)?)?;
+    shared.faults.push(rule.clone());
+    Ok(Json(json!({
+        "method": rule.method, "path": rule.path, "status": rule.status,
+        "retry_after": rule.retry_after, "delay": rule.delay.map(|d| d.as_secs_f64()),
+        "action": rule.action.map(|a| a.as_str()), "times": rule.times, "probability": rule.probability,
+    })))
+}
+
+async fn clear_faults(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    shared.faults.clear();
+    Json(json!({ "cleared": true }))
+}
+
+/// JSON view of a record: headers as an object, the (JSON) body as text.
+pub(crate) fn record_json(r: &RecordedRequest) -> Value {
+    let headers: Map<String, Value> = r.headers.iter().map(|(k, v)| (k.clone(), Value::from(v.clone()))).collect();
+    json!({
+        "method": r.method, "path": r.path, "query": r.query, "headers": headers,
+        "attempt": r.attempt, "org": r.org,
+        "body": r.body.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()),
+        "body_base64": r.body.as_ref().map(|b| base64::engine::general_purpose::STANDARD.encode(b)),
+        "body_len": r.body_len, "status": r.status,
+    })
+}
+
+async fn list_requests(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    let data: Vec<Value> = shared.recorder.all().iter().map(record_json).collect();
+    Json(json!({ "data": data }))
+}
+
+async fn clear_requests(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    shared.recorder.clear();
+    Json(json!({ "cleared": true }))
+}
+
+async fn new_key(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Result<Json<Value>, ApiError> {
+    let m = object(&body)?;
+    let org = match m.get("org") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(ApiError::invalid_request("'org' must be a string.")),
+    };
+    Ok(Json(json!({ "api_key": shared.issue_key(org.as_deref()) })))
+}
+
+async fn fail_queries(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Result<Json<Value>, ApiError> {
+    let m = object(&body)?;
+    let msg = m.get("error_msg").and_then(Value::as_str).unwrap_or("emulated worker failure");
+    let times = match m.get("times") {
+        None | Some(Value::Null) => 1,
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| ApiError::invalid_request("'times' must be a non-negative integer."))?,
+    };
+    shared.fail_queries(msg, times);
+    Ok(Json(json!({ "error_msg": msg, "times": times })))
+}
+
+async fn query_delay(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Result<Json<Value>, ApiError> {
+    let m = object(&body)?;
+    let d = seconds(m.get("seconds").unwrap_or(&Value::Null), "seconds")?;
+    *shared.query_delay.lock() = d;
+    Ok(Json(json!({ "seconds": d.as_secs_f64() })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_json_defaults_and_errors() {
+        let m = |v: Value| v.as_object().cloned().unwrap();
+        let r = rule_from_json(&m(json!({"path": "/query", "status": 503, "retry_after": 2}))).unwrap();
+        assert_eq!(r.times, Some(1));
+        assert_eq!(r.status, Some(503));
+        let r = rule_from_json(&m(json!({"path": "/query", "times": null, "action": "stall", "delay": 0.5}))).unwrap();
+        assert_eq!(r.times, None);
+        assert_eq!(r.action, Some(FaultAction::Stall));
+        assert_eq!(r.delay, Some(Duration::from_millis(500)));
+        assert!(rule_from_json(&m(json!({"status": 500}))).is_err());
+        assert!(rule_from_json(&m(json!({"path": "/q", "action": "boom"}))).unwrap_err().message.contains("boom"));
+        assert!(rule_from_json(&m(json!({"path": "/q", "probability": 2}))).is_err());
+    }
+}

@@ -1,0 +1,266 @@
+//! Fault injection rules: which requests get a status, a delay, a reset, a stall or a truncated
+//! body, and how many times.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use parking_lot::Mutex;
+
+use super::api_error::ApiError;
+
+/// What happens to the connection instead of (or on top of) a normal answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultAction {
+    /// Drop the TCP connection without any response (the client sees a reset).
+    Reset,
+    /// Send the headers and half of the body, then nothing more until shutdown.
+    Stall,
+    /// Send the headers (with the full Content-Length) and half the body, then close.
+    Truncate,
+}
+
+impl FromStr for FaultAction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "reset" => Ok(FaultAction::Reset),
+            "stall" => Ok(FaultAction::Stall),
+            "truncate" => Ok(FaultAction::Truncate),
+            _ => Err(format!(
+                "unknown fault action {s:?}: expected one of \"reset\", \"stall\", \"truncate\""
+            )),
+        }
+    }
+}
+
+impl FaultAction {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FaultAction::Reset => "reset",
+            FaultAction::Stall => "stall",
+            FaultAction::Truncate => "truncate",
+        }
+    }
+}
+
+/// One rule. `path` matches with or without the `/v0.5` prefix; a trailing `*` matches a prefix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultRule {
+    pub method: Option<String>,
+    pub path: String,
+    pub status: Option<u16>,
+    pub retry_after: Option<f64>,
+    pub delay: Option<Duration>,
+    pub action: Option<FaultAction>,
+    /// How many requests it applies to; `None` means every matching request.
+    pub times: Option<u32>,
+    pub probability: f64,
+}
+
+impl Default for FaultRule {
+    fn default() -> Self {
+        FaultRule {
+            method: None,
+            path: "*".to_string(),
+            status: None,
+            retry_after: None,
+            delay: None,
+            action: None,
+            times: Some(1),
+            probability: 1.0,
+        }
+    }
+}
+
+impl FaultRule {
+    fn matches(&self, method: &str, path: &str) -> bool {
+        if let Some(m) = &self.method {
+            if !m.eq_ignore_ascii_case(method) && m != "*" {
+                return false;
+            }
+        }
+        let request = without_version(path);
+        match self.path.strip_suffix('*') {
+            Some(prefix) => {
+                // "/v0.5*" and "*" both mean "everything"; otherwise compare unversioned forms.
+                let prefix = if prefix.is_empty() || prefix == "/v0.5" {
+                    ""
+                } else {
+                    without_version(prefix)
+                };
+                request.starts_with(prefix)
+            }
+            None => request == without_version(&self.path),
+        }
+    }
+
+    /// The error answer of a status fault, with the code the platform uses for that status.
+    pub(crate) fn status_error(&self, status: u16) -> ApiError {
+        let code = match status {
+            429 => "rate_limit_exceeded",
+            500 => "internal_error",
+            502 => "bad_gateway",
+            503 => "server_at_capacity",
+            504 => "gateway_timeout",
+            _ => "injected_fault",
+        };
+        let status_code =
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        ApiError::new(
+            status_code,
+            code,
+            format!("Fault injected by the sensorium emulator (status {status})."),
+        )
+        .with_retry_after(self.retry_after)
+    }
+}
+
+fn without_version(path: &str) -> &str {
+    if path == "/v0.5" {
+        "/"
+    } else if path.starts_with("/v0.5/") {
+        &path[5..]
+    } else {
+        path
+    }
+}
+
+struct ActiveRule {
+    rule: FaultRule,
+    remaining: Option<u32>,
+}
+
+/// The ordered rule list. The first rule that matches (and wins its probability roll) applies
+/// and consumes one of its `times`; exhausted rules are dropped.
+#[derive(Default)]
+pub(crate) struct FaultSet {
+    rules: Mutex<Vec<ActiveRule>>,
+}
+
+impl FaultSet {
+    pub fn push(&self, rule: FaultRule) {
+        let remaining = rule.times;
+        self.rules.lock().push(ActiveRule { rule, remaining });
+    }
+
+    pub fn clear(&self) {
+        self.rules.lock().clear();
+    }
+
+    pub fn take(&self, method: &str, path: &str) -> Option<FaultRule> {
+        self.take_with(method, path, rand::random::<f64>)
+    }
+
+    /// `roll` draws in [0, 1); split out so tests can decide the dice.
+    fn take_with(&self, method: &str, path: &str, mut roll: impl FnMut() -> f64) -> Option<FaultRule> {
+        let mut rules = self.rules.lock();
+        rules.retain(|r| r.remaining != Some(0));
+        let mut chosen = None;
+        for (i, active) in rules.iter_mut().enumerate() {
+            if !active.rule.matches(method, path) {
+                continue;
+            }
+            // A rule that loses its roll does not apply and keeps its count; later rules
+            // still get their chance.
+            if active.rule.probability < 1.0 && roll() >= active.rule.probability {
+                continue;
+            }
+            if let Some(n) = active.remaining.as_mut() {
+                *n = n.saturating_sub(1);
+            }
+            chosen = Some((i, active.rule.clone()));
+            break;
+        }
+        let (index, rule) = chosen?;
+        if rules.get(index).map(|r| r.remaining == Some(0)).unwrap_or(false) {
+            rules.remove(index);
+        }
+        Some(rule)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.rules.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(method: Option<&str>, path: &str, times: Option<u32>) -> FaultRule {
+        FaultRule {
+            method: method.map(str::to_string),
+            path: path.to_string(),
+            status: Some(503),
+            times,
+            ..FaultRule::default()
+        }
+    }
+
+    #[test]
+    fn path_matches_with_or_without_version_prefix() {
+        assert!(rule(None, "/query", None).matches("POST", "/v0.5/query"));
+        assert!(rule(None, "/v0.5/query", None).matches("POST", "/v0.5/query"));
+        assert!(!rule(None, "/query", None).matches("POST", "/v0.5/query/x"));
+        assert!(rule(None, "/files/*", None).matches("GET", "/v0.5/files/metadata"));
+        assert!(rule(None, "/v0.5/files/*", None).matches("GET", "/v0.5/files/info"));
+        assert!(!rule(None, "/files/*", None).matches("GET", "/v0.5/models"));
+        assert!(rule(None, "*", None).matches("GET", "/v0.5/models"));
+    }
+
+    #[test]
+    fn method_is_case_insensitive_and_optional() {
+        assert!(rule(Some("post"), "/query", None).matches("POST", "/v0.5/query"));
+        assert!(!rule(Some("GET"), "/query", None).matches("POST", "/v0.5/query"));
+        assert!(rule(None, "/query", None).matches("DELETE", "/v0.5/query"));
+    }
+
+    #[test]
+    fn times_are_consumed_in_order() {
+        let set = FaultSet::default();
+        set.push(FaultRule { status: Some(429), ..rule(None, "/query", Some(1)) });
+        set.push(FaultRule { status: Some(500), ..rule(None, "/query", Some(2)) });
+        let seen: Vec<_> = (0..4)
+            .map(|_| set.take("POST", "/v0.5/query").and_then(|r| r.status))
+            .collect();
+        assert_eq!(seen, vec![Some(429), Some(500), Some(500), None]);
+        assert_eq!(set.len(), 0);
+    }
+
+    #[test]
+    fn unlimited_rule_stays() {
+        let set = FaultSet::default();
+        set.push(rule(None, "/query", None));
+        for _ in 0..5 {
+            assert!(set.take("POST", "/v0.5/query").is_some());
+        }
+        assert!(set.take("GET", "/v0.5/models").is_none());
+    }
+
+    #[test]
+    fn probability_roll_that_fails_skips_without_consuming() {
+        let set = FaultSet::default();
+        set.push(FaultRule { probability: 0.5, ..rule(None, "/query", Some(1)) });
+        assert!(set.take_with("POST", "/v0.5/query", || 0.9).is_none());
+        assert_eq!(set.len(), 1);
+        assert!(set.take_with("POST", "/v0.5/query", || 0.1).is_some());
+        assert_eq!(set.len(), 0);
+    }
+
+    #[test]
+    fn action_parses_and_names_unknown_values() {
+        assert_eq!("Reset".parse::<FaultAction>(), Ok(FaultAction::Reset));
+        let err = "explode".parse::<FaultAction>().unwrap_err();
+        assert!(err.contains("explode"));
+    }
+
+    #[test]
+    fn status_codes_map_to_platform_codes() {
+        let r = rule(None, "/query", None);
+        assert_eq!(r.status_error(429).code, "rate_limit_exceeded");
+        assert_eq!(r.status_error(503).code, "server_at_capacity");
+        assert_eq!(r.status_error(418).code, "injected_fault");
+    }
+}

@@ -1,0 +1,170 @@
+//! Registered files per organization, and the half-written upload that becomes one.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+use tokio::io::AsyncWriteExt;
+
+use crate::wire::files::FileRecord;
+
+/// The only status a simple upload reaches; listings sort statuses in lifecycle order.
+pub const STATUS_REGISTERED: &str = "Registered";
+
+#[derive(Debug)]
+pub(crate) struct StoredFile {
+    pub file_id: String,
+    pub file_uid: String,
+    pub file_type: String,
+    pub num_bytes: u64,
+    pub created_at: SystemTime,
+    /// Registration order; breaks ties in every sort so cursors are stable.
+    pub seq: u64,
+    pub path: PathBuf,
+}
+
+impl StoredFile {
+    pub fn record(&self) -> FileRecord {
+        let mut extra = Map::new();
+        extra.insert("status".into(), Value::from(STATUS_REGISTERED));
+        FileRecord {
+            file_id: self.file_id.clone(),
+            file_uid: Some(self.file_uid.clone()),
+            file_type: Some(self.file_type.clone()),
+            num_bytes: Some(self.num_bytes),
+            created_at: Some(Value::from(iso8601(self.created_at))),
+            extra,
+        }
+    }
+}
+
+/// ISO 8601 in UTC with a `Z`, e.g. `2026-11-22T06:18:00.123456Z`.
+pub(crate) fn iso8601(t: SystemTime) -> String {
+    let dt = time::OffsetDateTime::from(t);
+    dt.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| dt.unix_timestamp().to_string())
+}
+
+pub(crate) struct FileStore {
+    dir: PathBuf,
+    orgs: Mutex<HashMap<String, BTreeMap<String, Arc<StoredFile>>>>,
+    seq: AtomicU64,
+}
+
+impl FileStore {
+    pub fn new(dir: PathBuf) -> Self {
+        FileStore { dir, orgs: Mutex::new(HashMap::new()), seq: AtomicU64::new(0) }
+    }
+
+    #[cfg(test)]
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn get(&self, org: &str, file_id: &str) -> Option<Arc<StoredFile>> {
+        self.orgs.lock().get(org)?.get(file_id).cloned()
+    }
+
+    pub fn exists(&self, org: &str, file_id: &str) -> bool {
+        self.get(org, file_id).is_some()
+    }
+
+    pub fn list(&self, org: &str) -> Vec<Arc<StoredFile>> {
+        self.orgs
+            .lock()
+            .get(org)
+            .map(|files| files.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn remove(&self, org: &str, file_id: &str) -> Option<Arc<StoredFile>> {
+        self.orgs.lock().get_mut(org)?.remove(file_id)
+    }
+
+    /// A fresh temp file in the data dir; it deletes itself unless registered.
+    pub async fn begin(&self) -> std::io::Result<PartialFile> {
+        let path = self.dir.join(format!("incoming-{}.part", uuid::Uuid::new_v4().simple()));
+        let file = tokio::fs::File::create(&path).await?;
+        Ok(PartialFile { path: Some(path), file: Some(file), written: 0 })
+    }
+
+    /// Moves a complete upload into place and lists it. `Err` when the name was taken while
+    /// the upload was streaming (the partial file is removed either way).
+    pub async fn register(
+        &self,
+        org: &str,
+        file_id: &str,
+        file_type: &str,
+        mut partial: PartialFile,
+    ) -> std::io::Result<Result<Arc<StoredFile>, ()>> {
+        partial.finish().await?;
+        let file_uid = uuid::Uuid::new_v4().to_string();
+        let final_path = self.dir.join(&file_uid);
+        partial.persist(&final_path).await?;
+        let stored = Arc::new(StoredFile {
+            file_id: file_id.to_string(),
+            file_uid,
+            file_type: file_type.to_string(),
+            num_bytes: partial.written,
+            created_at: SystemTime::now(),
+            seq: self.seq.fetch_add(1, Ordering::Relaxed),
+            path: final_path.clone(),
+        });
+        let mut orgs = self.orgs.lock();
+        let files = orgs.entry(org.to_string()).or_default();
+        if files.contains_key(file_id) {
+            drop(orgs);
+            let _ = std::fs::remove_file(&final_path);
+            return Ok(Err(()));
+        }
+        files.insert(file_id.to_string(), stored.clone());
+        Ok(Ok(stored))
+    }
+}
+
+/// An upload being written. Dropping it (an error, a client that went away) removes the file,
+/// so nothing half-written is ever left behind or listed.
+pub(crate) struct PartialFile {
+    path: Option<PathBuf>,
+    file: Option<tokio::fs::File>,
+    pub written: u64,
+}
+
+impl PartialFile {
+    pub async fn write(&mut self, chunk: &[u8]) -> std::io::Result<()> {
+        match self.file.as_mut() {
+            Some(f) => f.write_all(chunk).await?,
+            None => return Err(std::io::Error::other("upload already finished")),
+        }
+        self.written += chunk.len() as u64;
+        Ok(())
+    }
+
+    async fn finish(&mut self) -> std::io::Result<()> {
+        if let Some(mut f) = self.file.take() {
+            f.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn persist(&mut self, to: &Path) -> std::io::Result<()> {
+        if let Some(from) = self.path.as_ref() {
+            tokio::fs::rename(from, to).await?;
+            self.path = None;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PartialFile {
+    fn drop(&mut self) {
+        self.file.take();
+        if let Some(path) = self.path.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! How an emulator is started.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+/// Start-up settings of an [`Emulator`](super::Emulator).
+#[derive(Debug, Clone)]
+pub struct EmulatorOptions {
+    /// Address to bind; loopback by default so a test double is never reachable from outside.
+    pub host: IpAddr,
+    /// Port to bind; 0 lets the OS choose a free one.
+    pub port: u16,
+    /// Simulated worker time of every `/query` (changeable later with `set_query_delay`).
+    pub query_delay: Duration,
+    /// Ceiling of the simple upload (`POST /files`), in bytes of file content.
+    pub max_upload_bytes: u64,
+    /// Key of the default organization; a random `sk-emu-...` key when `None`.
+    pub api_key: Option<String>,
+}
+
+impl Default for EmulatorOptions {
+    fn default() -> Self {
+        EmulatorOptions {
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: 0,
+            query_delay: Duration::ZERO,
+            max_upload_bytes: crate::wire::files::SIMPLE_UPLOAD_MAX_BYTES,
+            api_key: None,
+        }
+    }
+}

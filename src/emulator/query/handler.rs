@@ -1,0 +1,197 @@
+//! The `/query` route itself.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::Serialize;
+use serde_json::value::{to_raw_value, RawValue};
+use serde_json::{Map, Value};
+
+use super::validate::{self, Family, QueryInput};
+use super::{encoder, media, reasoner};
+use crate::emulator::api_error::ApiError;
+use crate::emulator::auth;
+use crate::emulator::state::Shared;
+
+/// Raised from axum's 2 MB default: numeric arrays and inline images are large.
+pub const QUERY_BODY_LIMIT: usize = 64 * 1024 * 1024;
+pub const GPQ_NODE: &str = "emulator-gpq-0";
+
+fn now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+#[derive(Serialize)]
+struct WorkerPayload<'a> {
+    response: Box<RawValue>,
+    query: &'a str,
+    prompt: String,
+    system: &'a str,
+    instruction: &'a str,
+    generation_latency: f64,
+    query_gpq_latency: f64,
+    query_queue_latency: f64,
+    results_timestamp: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warning_messages: Option<Vec<String>>,
+}
+
+#[derive(Serialize)]
+struct QueryAnswer {
+    query_id: String,
+    status: &'static str,
+    response: Box<RawValue>,
+    query_timestamp: f64,
+    loading_timestamp: f64,
+    inference_timestamp: f64,
+    response_timestamp: f64,
+    query_queue_time_sec: f64,
+    inference_time_sec: f64,
+    query_response_time_sec: f64,
+    gpq_node: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error_msg: Option<String>,
+    /// The raw record's internal fields, present only with `sanitize_response: false`.
+    #[serde(flatten)]
+    internals: Map<String, Value>,
+}
+
+pub(crate) async fn query(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
+    match run(&shared, &headers, body).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn read_body(body: Body) -> Result<bytes::Bytes, ApiError> {
+    match Limited::new(body, QUERY_BODY_LIMIT).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::payload_too_large(format!(
+            "The request body is larger than {QUERY_BODY_LIMIT} bytes."
+        ))),
+        Err(e) => Err(ApiError::invalid_request(format!("Could not read the request body: {e}"))),
+    }
+}
+
+fn internal_error(e: impl std::fmt::Display) -> ApiError {
+    ApiError::internal(format!("The emulator could not build the answer: {e}"))
+}
+
+async fn run(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let query_timestamp = now();
+    let org = auth::require_org_detail(shared, headers)?;
+    let raw = read_body(body).await?;
+    let input = validate::parse(&raw)?;
+    let mut files = Vec::with_capacity(input.file_ids.len());
+    for id in &input.file_ids {
+        files.push(shared.files.get(&org, id).ok_or_else(|| ApiError::file_not_found(id))?);
+    }
+    let limit_bytes = input.max_query_size_mb * 1_000_000.0;
+    let prompt_bytes = input.prompt_bytes();
+    if prompt_bytes as f64 > limit_bytes {
+        return Err(ApiError::payload_too_large(format!(
+            "The combined prompt is {prompt_bytes} bytes, over the limit of {} MB ({limit_bytes} bytes).",
+            input.max_query_size_mb
+        ))
+        .with_suggestion("Shorten the prompts or raise max_query_size_mb."));
+    }
+
+    let loading_timestamp = now();
+    let worker_time = *shared.query_delay.lock();
+    if let Some(wait) = input.max_wait {
+        if worker_time > wait {
+            tokio::time::sleep(wait).await;
+            return Err(ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "query_timeout",
+                format!("The query did not finish within max_wait_time_sec ({} s).", wait.as_secs_f64()),
+            ));
+        }
+    }
+    let inference_timestamp = now();
+    if worker_time > Duration::ZERO {
+        tokio::time::sleep(worker_time).await;
+    }
+
+    let failure = shared.take_query_failure();
+    let (payload, warnings) = match (&failure, input.family) {
+        (Some(_), _) => (None, Vec::new()),
+        (None, Family::Encoder) => {
+            let events: Vec<Vec<Vec<f64>>> = input.numeric_events().into_iter().cloned().collect();
+            let normalize = input.normalize_input;
+            let encoded = tokio::task::spawn_blocking(move || encoder::encode(&events, normalize))
+                .await
+                .map_err(internal_error)?;
+            // One channel: a flat vector; several: one vector per channel, index = channel.
+            let raw = if encoded.embeddings.len() == 1 {
+                to_raw_value(&encoded.embeddings[0])
+            } else {
+                to_raw_value(&encoded.embeddings)
+            };
+            (Some(raw.map_err(internal_error)?), encoded.warnings)
+        }
+        (None, Family::Reasoner) => {
+            let mut described = Vec::with_capacity(files.len());
+            for f in &files {
+                described.push(media::describe_file(f).await);
+            }
+            let text = reasoner::answer(&input, &described);
+            (Some(to_raw_value(&[text]).map_err(internal_error)?), Vec::new())
+        }
+    };
+    let response_timestamp = now();
+    let response = match payload {
+        // The spec does not show a failed query's `response`; null says "no output".
+        None => to_raw_value(&Value::Null).map_err(internal_error)?,
+        Some(output) => to_raw_value(&WorkerPayload {
+            response: output,
+            query: &input.query,
+            prompt: prompt_of(&input),
+            system: &input.system_prompt,
+            instruction: &input.instruction_prompt,
+            generation_latency: response_timestamp - inference_timestamp,
+            query_gpq_latency: response_timestamp - query_timestamp,
+            query_queue_latency: inference_timestamp - loading_timestamp,
+            results_timestamp: response_timestamp,
+            warning_messages: (!warnings.is_empty()).then_some(warnings),
+        })
+        .map_err(internal_error)?,
+    };
+    let mut internals = Map::new();
+    if !input.sanitize_response {
+        internals.insert("org_id".into(), Value::from(org));
+        internals.insert("file_ids".into(), Value::from(input.file_ids.clone()));
+        internals.insert("query_metadata".into(), input.query_metadata.clone().unwrap_or(Value::Null));
+    }
+    let answer = QueryAnswer {
+        query_id: uuid::Uuid::new_v4().to_string(),
+        status: if failure.is_some() { "failed" } else { "completed" },
+        response,
+        query_timestamp,
+        loading_timestamp,
+        inference_timestamp,
+        response_timestamp,
+        query_queue_time_sec: inference_timestamp - loading_timestamp,
+        inference_time_sec: response_timestamp - inference_timestamp,
+        query_response_time_sec: response_timestamp - query_timestamp,
+        gpq_node: GPQ_NODE,
+        error_msg: failure,
+        internals,
+    };
+    Ok(axum::Json(answer).into_response())
+}
+
+/// What the worker was prompted with: system prompt, then instruction, then the query.
+fn prompt_of(input: &QueryInput) -> String {
+    [&input.system_prompt, &input.instruction_prompt, &input.query]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}

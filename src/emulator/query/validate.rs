@@ -1,0 +1,377 @@
+//! Turns a `/query` body into a checked [`QueryInput`], with the platform's error codes and in
+//! its order: body shape, required fields, model, field types, events, `file_ids` extensions.
+//! (Auth comes before, file existence and prompt size after, in the handler.)
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::media::{image_info, ImageInfo};
+use crate::emulator::api_error::ApiError;
+use crate::emulator::models;
+use crate::emulator::files::upload::LENIENT_BASE64;
+use crate::wire::files::QUERY_FILE_EXTENSIONS;
+use crate::wire::query::{FieldKind, EVENT_TYPES, QUERY_FIELDS};
+
+use base64::Engine;
+
+/// The spec's server setting `MAX_QUERY_SIZE_MB` ("typically 0.04").
+pub const DEFAULT_MAX_QUERY_SIZE_MB: f64 = 0.04;
+pub const DEFAULT_MAX_NEW_TOKENS: usize = 256;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    Reasoner,
+    Encoder,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum InputEvent {
+    Text(String),
+    Json(String),
+    Image(ImageInfo),
+    Images(Vec<ImageInfo>),
+    /// Channel-first: outer = channels, inner = points; rectangular and non-empty.
+    Numeric(Vec<Vec<f64>>),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct QueryInput {
+    pub model: String,
+    pub family: Family,
+    pub query: String,
+    pub system_prompt: String,
+    pub instruction_prompt: String,
+    pub response_start_prompt: String,
+    pub file_ids: Vec<String>,
+    pub events: Vec<InputEvent>,
+    pub max_new_tokens: usize,
+    pub normalize_input: bool,
+    pub max_query_size_mb: f64,
+    pub max_wait: Option<Duration>,
+    pub sanitize_response: bool,
+    pub query_metadata: Option<Value>,
+}
+
+impl QueryInput {
+    /// The combined prompt the size limit applies to: the four prompt strings and every
+    /// `data.text` event, in UTF-8 bytes.
+    pub fn prompt_bytes(&self) -> usize {
+        let texts: usize = self
+            .events
+            .iter()
+            .map(|e| match e {
+                InputEvent::Text(t) => t.len(),
+                _ => 0,
+            })
+            .sum();
+        self.query.len()
+            + self.system_prompt.len()
+            + self.instruction_prompt.len()
+            + self.response_start_prompt.len()
+            + texts
+    }
+
+    pub fn numeric_events(&self) -> Vec<&Vec<Vec<f64>>> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                InputEvent::Numeric(c) => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn wrong_type(field: &str, expected: &str) -> ApiError {
+    ApiError::bad_request("invalid_parameter_type", format!("Field '{field}' must be {expected}."))
+}
+
+fn kind_matches(kind: FieldKind, v: &Value) -> bool {
+    match kind {
+        FieldKind::String => v.is_string(),
+        FieldKind::StringList => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+        FieldKind::Integer => v.is_i64() || v.is_u64(),
+        FieldKind::Number => v.is_number(),
+        FieldKind::Boolean => v.is_boolean(),
+        FieldKind::Object => v.is_object(),
+        FieldKind::Events => v.is_array(),
+    }
+}
+
+fn kind_name(kind: FieldKind) -> &'static str {
+    match kind {
+        FieldKind::String => "a string",
+        FieldKind::StringList => "an array of strings",
+        FieldKind::Integer => "an integer",
+        FieldKind::Number => "a number",
+        FieldKind::Boolean => "a boolean",
+        FieldKind::Object => "an object",
+        FieldKind::Events => "an array of events",
+    }
+}
+
+/// `null` counts as "not given": clients that serialise every optional argument send it.
+fn present<'a>(body: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    body.get(name).filter(|v| !v.is_null())
+}
+
+fn string_field(body: &Map<String, Value>, name: &str) -> String {
+    present(body, name).and_then(Value::as_str).unwrap_or("").to_string()
+}
+
+pub(crate) fn parse(raw: &[u8]) -> Result<QueryInput, ApiError> {
+    let value: Value = serde_json::from_slice(raw)
+        .map_err(|e| ApiError::invalid_request(format!("The request body is not valid JSON: {e}")))?;
+    let Value::Object(body) = value else {
+        return Err(ApiError::invalid_request("The request body must be a JSON object."));
+    };
+    let model = present(&body, "model").and_then(Value::as_str).ok_or_else(|| {
+        ApiError::invalid_request("Field 'model' is required and must be a string.")
+    })?;
+    let query = present(&body, "query").and_then(Value::as_str).ok_or_else(|| {
+        ApiError::invalid_request("Field 'query' is required and must be a string (it may be empty).")
+    })?;
+    let family = match models::family_of(model) {
+        Some(f) => f,
+        None => {
+            return Err(ApiError::bad_request(
+                "invalid_model_version",
+                format!("Unknown model '{model}'. Available: {}.", models::MODEL_IDS.join(", ")),
+            ))
+        }
+    };
+    for (name, kind) in QUERY_FIELDS {
+        if let Some(v) = present(&body, name) {
+            if !kind_matches(*kind, v) {
+                return Err(wrong_type(name, kind_name(*kind)));
+            }
+        }
+    }
+    // Older callers send `sanitize`; the spec's name wins when both are given.
+    let sanitize_response = match (present(&body, "sanitize_response"), present(&body, "sanitize")) {
+        (Some(v), _) => v.as_bool().unwrap_or(true),
+        (None, Some(v)) => v.as_bool().ok_or_else(|| wrong_type("sanitize", "a boolean"))?,
+        (None, None) => true,
+    };
+
+    let events = match present(&body, "events").and_then(Value::as_array) {
+        Some(list) => list.iter().enumerate().map(|(i, e)| parse_event(i, e)).collect::<Result<Vec<_>, _>>()?,
+        None => Vec::new(),
+    };
+    let file_ids: Vec<String> = present(&body, "file_ids")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default();
+    for id in &file_ids {
+        let ext = id.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase());
+        if !ext.is_some_and(|e| QUERY_FILE_EXTENSIONS.contains(&e.as_str())) {
+            return Err(ApiError::bad_request(
+                "unsupported_file_type",
+                format!(
+                    "'{id}' has no supported extension ({}). file_ids take the file name (file_id) given at upload, not the fil_ uid (file_uid).",
+                    QUERY_FILE_EXTENSIONS.join(", ")
+                ),
+            ));
+        }
+    }
+
+    // Limits of the knobs themselves; the spec gives only defaults, so out-of-range values
+    // are rejected plainly rather than guessed at.
+    let max_new_tokens = match present(&body, "max_new_tokens").and_then(Value::as_i64) {
+        Some(n) if n >= 1 => n as usize,
+        Some(_) => return Err(ApiError::invalid_request("max_new_tokens must be at least 1.")),
+        None => match present(&body, "max_new_tokens") {
+            Some(_) => usize::MAX, // a u64 beyond i64: effectively unlimited
+            None => DEFAULT_MAX_NEW_TOKENS,
+        },
+    };
+    let max_query_size_mb = match present(&body, "max_query_size_mb").and_then(Value::as_f64) {
+        Some(mb) if mb > 0.0 => mb,
+        Some(_) => return Err(ApiError::invalid_request("max_query_size_mb must be greater than 0.")),
+        None => DEFAULT_MAX_QUERY_SIZE_MB,
+    };
+    let max_wait = match present(&body, "max_wait_time_sec").and_then(Value::as_f64) {
+        Some(s) if s >= 0.0 => Duration::try_from_secs_f64(s).ok(),
+        Some(_) => return Err(ApiError::invalid_request("max_wait_time_sec must not be negative.")),
+        None => None,
+    };
+    let input = QueryInput {
+        model: model.to_string(),
+        family,
+        query: query.to_string(),
+        system_prompt: string_field(&body, "system_prompt"),
+        instruction_prompt: string_field(&body, "instruction_prompt"),
+        response_start_prompt: string_field(&body, "response_start_prompt"),
+        file_ids,
+        events,
+        max_new_tokens,
+        normalize_input: present(&body, "normalize_input").and_then(Value::as_bool).unwrap_or(false),
+        max_query_size_mb,
+        max_wait,
+        sanitize_response,
+        query_metadata: present(&body, "query_metadata").cloned(),
+    };
+    if family == Family::Encoder && input.numeric_events().is_empty() {
+        return Err(ApiError::invalid_request(
+            "Encoder models need at least one data.numeric_array event.",
+        ));
+    }
+    Ok(input)
+}
+
+fn parse_event(i: usize, event: &Value) -> Result<InputEvent, ApiError> {
+    let at = format!("events[{i}]");
+    let obj = event.as_object().ok_or_else(|| wrong_type(&at, "an object {type, event_data}"))?;
+    let kind = obj
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| wrong_type(&format!("{at}.type"), "a string"))?;
+    if !EVENT_TYPES.contains(&kind) {
+        return Err(ApiError::invalid_request(format!(
+            "{at}.type '{kind}' is not an event type; expected one of {}.",
+            EVENT_TYPES.join(", ")
+        )));
+    }
+    let data = obj
+        .get("event_data")
+        .and_then(Value::as_object)
+        .ok_or_else(|| wrong_type(&format!("{at}.event_data"), "an object"))?;
+    let contents_at = format!("{at}.event_data.contents");
+    let contents = data.get("contents").unwrap_or(&Value::Null);
+    match kind {
+        "data.text" => contents
+            .as_str()
+            .map(|s| InputEvent::Text(s.to_string()))
+            .ok_or_else(|| wrong_type(&contents_at, "a string")),
+        "data.json" => {
+            let text = contents
+                .as_str()
+                .ok_or_else(|| wrong_type(&contents_at, "a serialized JSON string (not a parsed object)"))?;
+            if serde_json::from_str::<Value>(text).is_err() {
+                return Err(ApiError::invalid_request(format!("{contents_at} is not valid JSON text.")));
+            }
+            Ok(InputEvent::Json(text.to_string()))
+        }
+        "data.base64_img" => {
+            let text = contents.as_str().ok_or_else(|| wrong_type(&contents_at, "a base64 string"))?;
+            let mime = match data.get("mime_type") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(m)) => Some(m.clone()),
+                Some(_) => return Err(wrong_type(&format!("{at}.event_data.mime_type"), "a string")),
+            };
+            let bytes = decode_image(text, &contents_at)?;
+            Ok(InputEvent::Image(image_info(&bytes, mime)))
+        }
+        "data.base64_img_array" => {
+            let list = contents
+                .as_array()
+                .filter(|a| a.iter().all(Value::is_string))
+                .ok_or_else(|| wrong_type(&contents_at, "an array of base64 strings"))?;
+            let mut images = Vec::with_capacity(list.len());
+            for (j, item) in list.iter().enumerate() {
+                let text = item.as_str().unwrap_or("");
+                let bytes = decode_image(text, &format!("{contents_at}[{j}]"))?;
+                images.push(image_info(&bytes, None));
+            }
+            Ok(InputEvent::Images(images))
+        }
+        _ => parse_numeric(contents, &contents_at).map(InputEvent::Numeric),
+    }
+}
+
+/// Accepts plain base64 and `data:<mime>;base64,` URLs.
+fn decode_image(text: &str, at: &str) -> Result<Vec<u8>, ApiError> {
+    let payload = match text.strip_prefix("data:") {
+        Some(rest) => rest.split_once(',').map(|(_, p)| p).unwrap_or(rest),
+        None => text,
+    };
+    let compact: String = payload.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    LENIENT_BASE64
+        .decode(compact.as_bytes())
+        .map_err(|_| ApiError::invalid_request(format!("{at} is not valid base64.")))
+}
+
+fn parse_numeric(contents: &Value, at: &str) -> Result<Vec<Vec<f64>>, ApiError> {
+    let expected = "a non-empty array of channels, each a non-empty array of numbers of the same length";
+    let channels = contents.as_array().filter(|a| !a.is_empty()).ok_or_else(|| wrong_type(at, expected))?;
+    let mut out = Vec::with_capacity(channels.len());
+    for channel in channels {
+        let points = channel.as_array().filter(|a| !a.is_empty()).ok_or_else(|| wrong_type(at, expected))?;
+        let values: Option<Vec<f64>> = points.iter().map(Value::as_f64).collect();
+        let values = values.ok_or_else(|| wrong_type(at, expected))?;
+        if out.first().is_some_and(|first: &Vec<f64>| first.len() != values.len()) {
+            return Err(ApiError::bad_request(
+                "invalid_parameter_type",
+                format!("{at} is ragged: every channel must have the same number of points."),
+            ));
+        }
+        out.push(values);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const R: &str = "Reasoner::c2_4_7b_251215a172f6d7";
+    const E: &str = "Encoder::encoder_embeddings_01";
+
+    fn code(v: Value) -> String {
+        parse(v.to_string().as_bytes()).unwrap_err().code
+    }
+
+    #[test]
+    fn shape_and_required_fields() {
+        assert_eq!(parse(b"not json").unwrap_err().code, "invalid_request");
+        assert_eq!(code(json!([1, 2])), "invalid_request");
+        assert_eq!(code(json!({"query": "hi"})), "invalid_request");
+        assert_eq!(code(json!({"model": R})), "invalid_request");
+        assert_eq!(code(json!({"model": 3, "query": "x"})), "invalid_request");
+        assert_eq!(code(json!({"model": "Reasoner::nope", "query": "x"})), "invalid_model_version");
+    }
+
+    #[test]
+    fn field_types_name_the_field() {
+        let e = parse(json!({"model": R, "query": "x", "max_new_tokens": "5"}).to_string().as_bytes()).unwrap_err();
+        assert_eq!(e.code, "invalid_parameter_type");
+        assert!(e.message.contains("max_new_tokens"));
+        assert_eq!(code(json!({"model": R, "query": "x", "file_ids": ["a.txt", 3]})), "invalid_parameter_type");
+        assert_eq!(code(json!({"model": R, "query": "x", "temperature": true})), "invalid_parameter_type");
+        assert!(parse(json!({"model": R, "query": "x", "unknown": {"a": 1}, "temperature": null}).to_string().as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn events() {
+        let ev = |e: Value| code(json!({"model": R, "query": "x", "events": [e]}));
+        assert_eq!(ev(json!({"type": "data.json", "event_data": {"contents": {"a": 1}}})), "invalid_parameter_type");
+        assert_eq!(ev(json!({"type": "data.video", "event_data": {}})), "invalid_request");
+        assert_eq!(ev(json!("data.text")), "invalid_parameter_type");
+        assert_eq!(ev(json!({"type": "data.numeric_array", "event_data": {"contents": [[1, 2], [3]]}})), "invalid_parameter_type");
+        assert_eq!(ev(json!({"type": "data.numeric_array", "event_data": {"contents": [[1, "a"]]}})), "invalid_parameter_type");
+        let ok = parse(json!({"model": R, "query": "x", "events": [
+            {"type": "data.text", "event_data": {"contents": "hello"}},
+            {"type": "data.json", "event_data": {"contents": "{\"a\": 1}"}},
+        ]}).to_string().as_bytes()).unwrap();
+        assert_eq!(ok.prompt_bytes(), 1 + 5);
+    }
+
+    #[test]
+    fn file_ids_need_a_supported_extension() {
+        let e = parse(json!({"model": R, "query": "x", "file_ids": ["fil_123"]}).to_string().as_bytes()).unwrap_err();
+        assert_eq!(e.code, "unsupported_file_type");
+        assert!(e.message.contains("file name"));
+        assert!(parse(json!({"model": R, "query": "x", "file_ids": ["A.JPEG"]}).to_string().as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn encoder_needs_numeric_events() {
+        assert_eq!(code(json!({"model": E, "query": ""})), "invalid_request");
+        let ok = parse(json!({"model": E, "query": "", "events": [
+            {"type": "data.numeric_array", "event_data": {"contents": [[1, 2.5, 3]]}}
+        ]}).to_string().as_bytes()).unwrap();
+        assert_eq!(ok.numeric_events().len(), 1);
+    }
+}

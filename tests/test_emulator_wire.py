@@ -1,0 +1,579 @@
+"""Wire conformance of the emulator, spoken in raw HTTP with the standard library only.
+
+Expected bodies are written from the spec's tables (platform-interface.md: Direct query, Files,
+Errors, Limits, Authentication, Models) and the brief's additions, not from our own structs.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import math
+import socket
+import struct
+import urllib.parse
+import uuid
+from typing import Any, Iterator, Optional
+
+import pytest
+
+from sensorium.testing import Emulator
+
+REASONER = "Reasoner::c2_4_7b_251215a172f6d7"
+ENCODER = "Encoder::encoder_embeddings_01"
+ERROR_KEYS = {"code", "message", "suggestion", "error_uid"}
+QUERY_RESPONSE_KEYS = {
+    "query_id", "status", "response", "query_timestamp", "loading_timestamp",
+    "inference_timestamp", "response_timestamp", "query_queue_time_sec",
+    "inference_time_sec", "query_response_time_sec", "gpq_node",
+}
+WORKER_KEYS = {
+    "response", "query", "prompt", "system", "instruction", "generation_latency",
+    "query_gpq_latency", "query_queue_latency", "results_timestamp",
+}
+FILE_RECORD_KEYS = {"file_id", "file_uid", "file_type", "num_bytes", "created_at", "status"}
+
+
+class Reply:
+    def __init__(self, status: int, headers: http.client.HTTPMessage, raw: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.raw = raw
+
+    def json(self) -> Any:
+        return json.loads(self.raw)
+
+
+def request(
+    emu: Emulator,
+    method: str,
+    path: str,
+    body: Optional[bytes] = None,
+    *,
+    key: Optional[str] = "default",
+    headers: Optional[dict[str, str]] = None,
+    timeout: float = 30,
+) -> Reply:
+    conn = http.client.HTTPConnection("127.0.0.1", emu.port, timeout=timeout)
+    try:
+        h = dict(headers or {})
+        if key is not None:
+            h["Authorization"] = f"Bearer {emu.api_key if key == 'default' else key}"
+        prefix = "" if path.startswith("/_emulator") else "/v0.5"
+        conn.request(method, prefix + path, body=body, headers=h)
+        resp = conn.getresponse()
+        return Reply(resp.status, resp.headers, resp.read())
+    finally:
+        conn.close()
+
+
+def post_json(emu: Emulator, path: str, obj: Any, *, headers: Optional[dict[str, str]] = None, **kw: Any) -> Reply:
+    h = {"Content-Type": "application/json", **(headers or {})}
+    return request(emu, "POST", path, json.dumps(obj).encode(), headers=h, **kw)
+
+
+def query(emu: Emulator, **fields: Any) -> Reply:
+    body = {"model": REASONER, "query": "hello"}
+    body.update(fields)
+    return post_json(emu, "/query", body)
+
+
+def multipart(field: str, filename: Optional[str], content: bytes, content_type: str = "application/octet-stream") -> tuple[bytes, dict[str, str]]:
+    boundary = "----sensorium-test-" + uuid.uuid4().hex
+    disposition = f'form-data; name="{field}"' + (f'; filename="{filename}"' if filename is not None else "")
+    body = (
+        f"--{boundary}\r\nContent-Disposition: {disposition}\r\nContent-Type: {content_type}\r\n\r\n".encode()
+        + content
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+
+
+def upload(emu: Emulator, name: str, content: bytes, *, key: str = "default", content_type: str = "application/octet-stream", path: str = "/files") -> Reply:
+    body, headers = multipart("file", name, content, content_type)
+    return request(emu, "POST", path, body, key=key, headers=headers)
+
+
+def assert_error(reply: Reply, status: int, code: str) -> dict[str, Any]:
+    assert reply.status == status, reply.raw
+    body = reply.json()
+    assert list(body) == ["errors"]
+    assert len(body["errors"]) == 1
+    err = body["errors"][0]
+    assert set(err) <= ERROR_KEYS and {"code", "message", "error_uid"} <= set(err)
+    assert err["code"] == code
+    assert isinstance(err["message"], str) and err["message"]
+    assert err["error_uid"].startswith("err-")
+    return err  # type: ignore[no-any-return]
+
+
+def png(width: int, height: int) -> bytes:
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + b"\0\0\0\0"
+
+
+@pytest.fixture
+def emu(sensorium_emulator: Emulator) -> Iterator[Emulator]:
+    yield sensorium_emulator
+
+
+# --- Authentication ---------------------------------------------------------------------------
+
+
+def test_query_401_is_detail(emu: Emulator) -> None:
+    for key in (None, "sk-wrong"):
+        reply = post_json(emu, "/query", {"model": REASONER, "query": "x"}, key=key)
+        assert reply.status == 401
+        body = reply.json()
+        assert list(body) == ["detail"] and isinstance(body["detail"], str)
+
+
+@pytest.mark.parametrize("path", ["/files/metadata", "/files/info", "/models", "/files/metadata/a.txt"])
+def test_other_401_are_envelopes(emu: Emulator, path: str) -> None:
+    assert_error(request(emu, "GET", path, key=None), 401, "unauthorized_request")
+    assert_error(request(emu, "GET", path, key="sk-emu-unknown"), 401, "unauthorized_request")
+
+
+# --- Direct query: validation -------------------------------------------------------------------
+
+
+def test_query_validation_codes(emu: Emulator) -> None:
+    bad_json = request(emu, "POST", "/query", b"{not json", headers={"Content-Type": "application/json"})
+    assert_error(bad_json, 400, "invalid_request")
+    assert_error(post_json(emu, "/query", [1, 2]), 400, "invalid_request")
+    assert_error(post_json(emu, "/query", {"query": "x"}), 400, "invalid_request")
+    assert_error(post_json(emu, "/query", {"model": REASONER}), 400, "invalid_request")
+    assert_error(query(emu, model="Reasoner::nope"), 400, "invalid_model_version")
+    err = assert_error(query(emu, max_new_tokens="5"), 400, "invalid_parameter_type")
+    assert "max_new_tokens" in err["message"]
+    err = assert_error(query(emu, events=[{"type": "data.json", "event_data": {"contents": {"a": 1}}}]), 400, "invalid_parameter_type")
+    assert "contents" in err["message"]
+    assert_error(query(emu, events=[{"type": "data.video", "event_data": {"contents": "x"}}]), 400, "invalid_request")
+    assert_error(query(emu, events=["data.text"]), 400, "invalid_parameter_type")
+    err = assert_error(query(emu, file_ids=["fil_0123456789"]), 400, "unsupported_file_type")
+    assert "file name" in err["message"]
+    assert_error(query(emu, file_ids=["missing.txt"]), 404, "file_not_found")
+    assert query(emu, some_future_field={"x": 1}).status == 200
+
+
+def test_prompt_size_limit(emu: Emulator) -> None:
+    assert query(emu, query="a" * 40_000).status == 200
+    assert_error(query(emu, query="a" * 40_001), 413, "payload_too_large")
+    assert_error(query(emu, query="a" * 20_000, events=[{"type": "data.text", "event_data": {"contents": "é" * 10_001}}]), 413, "payload_too_large")
+    assert query(emu, query="a" * 40_001, max_query_size_mb=0.05).status == 200
+
+
+def test_max_wait_time_gives_504(emu: Emulator) -> None:
+    emu.set_query_delay(30.0)
+    assert_error(query(emu, max_wait_time_sec=0.05), 504, "query_timeout")
+    emu.set_query_delay(0.0)
+    assert query(emu, max_wait_time_sec=0.05).status == 200
+
+
+# --- Direct query: answers ----------------------------------------------------------------------
+
+
+def test_reasoner_answer_shape_and_determinism(emu: Emulator) -> None:
+    reply = query(emu, query="What is in my notes?", system_prompt="Be brief.")
+    assert reply.status == 200
+    body = reply.json()
+    assert set(body) == QUERY_RESPONSE_KEYS
+    uuid.UUID(body["query_id"])
+    assert body["status"] == "completed"
+    assert body["gpq_node"] == "emulator-gpq-0"
+    for k in QUERY_RESPONSE_KEYS - {"query_id", "status", "response", "gpq_node"}:
+        assert isinstance(body[k], float) or isinstance(body[k], int)
+    assert set(body["response"]) == WORKER_KEYS
+    out = body["response"]["response"]
+    assert isinstance(out, list) and len(out) == 1 and isinstance(out[0], str)
+    assert out[0].startswith(f'[emulated {REASONER}] query "What is in my notes?"')
+    assert body["response"]["query"] == "What is in my notes?"
+    assert body["response"]["system"] == "Be brief."
+    again = query(emu, query="What is in my notes?", system_prompt="Be brief.").json()
+    assert again["response"]["response"] == out
+    assert reply.headers["Server"] == "sensorium-emulator"
+
+
+def test_reasoner_describes_files_and_events(emu: Emulator) -> None:
+    assert upload(emu, "notes.txt", b"first line\nsecond line").status == 200
+    assert upload(emu, "data.json", b'{"alpha": 1, "beta": [2]}').status == 200
+    assert upload(emu, "photo.png", png(640, 480)).status == 200
+    assert upload(emu, "table.csv", b"a,b\n1,2\n").status == 200
+    assert upload(emu, "clip.mp4", b"\0\0\0\x18ftypmp42").status == 200
+    img = base64.b64encode(png(32, 16)).decode()
+    reply = query(
+        emu,
+        file_ids=["notes.txt", "data.json", "photo.png", "table.csv", "clip.mp4"],
+        events=[
+            {"type": "data.text", "event_data": {"contents": "inline words"}},
+            {"type": "data.base64_img", "event_data": {"contents": img}},
+            {"type": "data.base64_img_array", "event_data": {"contents": [img, img]}},
+            {"type": "data.numeric_array", "event_data": {"contents": [[1, 2, 3], [4, 5, 6]]}},
+        ],
+        max_new_tokens=1000,
+    )
+    assert reply.status == 200, reply.raw
+    text = reply.json()["response"]["response"][0]
+    assert 'with 5 files: notes.txt (text/plain, 22 bytes): "first line second line"' in text
+    assert "data.json (application/json, 25 bytes): JSON object with top-level keys: alpha, beta" in text
+    assert "photo.png (image/png" in text and "640x480" in text
+    assert "table.csv (text/csv, 8 bytes): contents not visible to this model" in text
+    assert "clip.mp4 (video/mp4, 12 bytes): video: this model does not describe video" in text
+    assert 'data.text "inline words"' in text
+    assert "image/png 32x16 pixels" in text
+    assert "data.base64_img_array of 2 images" in text
+    assert "2 channels x 3 points" in text
+
+
+def test_max_new_tokens_cuts_the_answer(emu: Emulator) -> None:
+    text = query(emu, query="one two three four five", max_new_tokens=4).json()["response"]["response"][0]
+    assert text == f'[emulated {REASONER}] query "one'
+
+
+def test_sanitize_false_echoes_internal_fields(emu: Emulator) -> None:
+    upload(emu, "a.txt", b"x")
+    plain = query(emu, file_ids=["a.txt"]).json()
+    assert "org_id" not in plain and "file_ids" not in plain
+    raw = query(emu, file_ids=["a.txt"], sanitize_response=False, query_metadata={"run": 7})
+    body = raw.json()
+    assert body["org_id"] == "org-emu-default"
+    assert body["file_ids"] == ["a.txt"]
+    assert body["query_metadata"] == {"run": 7}
+    assert emu.api_key.encode() not in raw.raw
+
+
+def test_fail_queries(emu: Emulator) -> None:
+    emu.fail_queries("worker out of memory", times=1)
+    body = query(emu).json()
+    assert body["status"] == "failed"
+    assert body["error_msg"] == "worker out of memory"
+    nxt = query(emu).json()
+    assert nxt["status"] == "completed" and "error_msg" not in nxt
+
+
+def _numeric(channels: list[list[float]], **fields: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": ENCODER, "query": "", "events": [{"type": "data.numeric_array", "event_data": {"contents": channels}}]}
+    body.update(fields)
+    return body
+
+
+def _cos(a: list[float], b: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b))
+    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+def test_encoder_shapes_warnings_and_similarity(emu: Emulator) -> None:
+    wave = [math.sin(i * 0.05) for i in range(1024)]
+    one = post_json(emu, "/query", _numeric([wave])).json()
+    emb = one["response"]["response"]
+    assert len(emb) == 768 and all(isinstance(v, float) for v in emb)
+    assert "warning_messages" not in one["response"]
+    assert post_json(emu, "/query", _numeric([wave])).json()["response"]["response"] == emb
+
+    noisy = [v + 0.01 * ((i * 7919) % 13 - 6) / 6 for i, v in enumerate(wave)]
+    other = [math.sin(i * 0.31 + 1.3) for i in range(1024)]
+    e_noisy = post_json(emu, "/query", _numeric([noisy])).json()["response"]["response"]
+    e_other = post_json(emu, "/query", _numeric([other])).json()["response"]["response"]
+    assert _cos(emb, e_noisy) > _cos(emb, e_other)
+
+    two = post_json(emu, "/query", _numeric([[1.0] * 100, [2.0] * 100])).json()
+    assert len(two["response"]["response"]) == 2 and all(len(c) == 768 for c in two["response"]["response"])
+    assert two["response"]["warning_messages"] == ["window of 100 points was zero-padded to 1024"]
+    long = post_json(emu, "/query", _numeric([[0.5] * 1500])).json()
+    assert long["response"]["warning_messages"] == ["window of 1500 points was truncated to its last 1024"]
+
+
+def test_encoder_normalize_input(emu: Emulator) -> None:
+    wave = [math.sin(i * 0.1) for i in range(1024)]
+    scaled = [10 * v + 3 for v in wave]
+    a = post_json(emu, "/query", _numeric([wave], normalize_input=True)).json()["response"]["response"]
+    b = post_json(emu, "/query", _numeric([scaled], normalize_input=True)).json()["response"]["response"]
+    assert _cos(a, b) > 0.9999
+    c = post_json(emu, "/query", _numeric([scaled])).json()["response"]["response"]
+    assert c != b
+    flat = post_json(emu, "/query", _numeric([[5.0] * 10], normalize_input=True)).json()["response"]["response"]
+    assert all(v == 0 for v in flat)
+
+
+def test_encoder_errors(emu: Emulator) -> None:
+    assert_error(post_json(emu, "/query", _numeric([[1, 2], [3]])), 400, "invalid_parameter_type")
+    assert_error(post_json(emu, "/query", _numeric([[1, "x"]])), 400, "invalid_parameter_type")
+    assert_error(post_json(emu, "/query", {"model": ENCODER, "query": ""}), 400, "invalid_request")
+
+
+# --- Files ----------------------------------------------------------------------------------------
+
+
+def test_files_round_trip(emu: Emulator) -> None:
+    content = b"hello from the test\n" * 50
+    reply = upload(emu, "dir/notes.txt", content)
+    assert reply.status == 200
+    body = reply.json()
+    assert set(body) == {"is_valid", "file_id", "file_uid"}
+    assert body["is_valid"] is True and body["file_id"] == "notes.txt"
+    uuid.UUID(body["file_uid"])
+
+    record = request(emu, "GET", "/files/metadata/notes.txt").json()
+    assert set(record) == FILE_RECORD_KEYS
+    assert record == {**record, "file_id": "notes.txt", "file_uid": body["file_uid"], "file_type": "text/plain", "num_bytes": len(content), "status": "Registered"}
+    assert record["created_at"].endswith("Z") and "T" in record["created_at"]
+
+    got = request(emu, "GET", "/files/download/notes.txt")
+    assert got.status == 200 and got.raw == content
+    assert got.headers["Content-Type"] == "text/plain"
+    assert got.headers["Content-Length"] == str(len(content))
+    assert request(emu, "GET", "/files/info").json() == {"num_files": 1, "num_bytes": len(content)}
+
+    assert_error(upload(emu, "notes.txt", b"again"), 409, "file_already_exists")
+    deleted = request(emu, "DELETE", "/files/delete/notes.txt")
+    assert deleted.json() == {"is_valid": True, "file_id": "notes.txt", "file_uid": body["file_uid"]}
+    assert_error(request(emu, "GET", "/files/metadata/notes.txt"), 404, "file_not_found")
+    assert_error(request(emu, "GET", "/files/download/notes.txt"), 404, "file_not_found")
+    assert_error(request(emu, "DELETE", "/files/delete/notes.txt"), 404, "file_not_found")
+    assert request(emu, "GET", "/files/metadata").json()["data"] == []
+
+
+def test_file_ids_are_percent_decoded(emu: Emulator) -> None:
+    assert upload(emu, "my report (v2).txt", b"x").status == 200
+    quoted = urllib.parse.quote("my report (v2).txt")
+    assert request(emu, "GET", f"/files/metadata/{quoted}").json()["file_id"] == "my report (v2).txt"
+    assert request(emu, "GET", f"/files/download/{quoted}").raw == b"x"
+
+
+def test_upload_validation(emu: Emulator) -> None:
+    body, headers = multipart("attachment", "a.txt", b"x")
+    assert_error(request(emu, "POST", "/files", body, headers=headers), 400, "invalid_request")
+    assert_error(request(emu, "POST", "/files", b"{}", headers={"Content-Type": "application/json"}), 400, "invalid_request")
+    err = assert_error(upload(emu, "rows.jsonl", b"{}\n{}\n"), 400, "invalid_file_type")
+    assert "direct-to-cloud" in (err["message"] + err.get("suggestion", ""))
+    assert_error(upload(emu, "blob.bin", b"x", content_type="application/zip"), 400, "invalid_file_type")
+    ok = upload(emu, "readme", b"plain words", content_type="text/plain")
+    assert ok.status == 200
+    assert request(emu, "GET", "/files/metadata/readme").json()["file_type"] == "text/plain"
+    assert request(emu, "GET", "/files/info").json()["num_files"] == 1
+
+
+def test_base64_upload(emu: Emulator) -> None:
+    data = png(3, 2)
+    encoded = base64.encodebytes(data)  # line-wrapped, as many encoders write it
+    assert upload(emu, "tiny.png", encoded, path="/files/base64").status == 200
+    assert request(emu, "GET", "/files/download/tiny.png").raw == data
+    assert_error(upload(emu, "bad.png", b"%%% not base64 %%%", path="/files/base64"), 400, "invalid_request")
+    assert_error(request(emu, "GET", "/files/metadata/bad.png"), 404, "file_not_found")
+
+
+def test_upload_over_limit_leaves_nothing() -> None:
+    with Emulator(max_upload_bytes=1000) as small:
+        assert upload(small, "ok.txt", b"x" * 1000).status == 200
+        assert_error(upload(small, "big.txt", b"x" * 5000), 413, "payload_too_large")
+        assert request(small, "GET", "/files/info").json() == {"num_files": 1, "num_bytes": 1000}
+        assert_error(request(small, "GET", "/files/metadata/big.txt"), 404, "file_not_found")
+
+
+def test_listing_sort_filter_and_cursors(emu: Emulator) -> None:
+    sizes = {"c.txt": 30, "a.png": 10, "b.csv": 20, "d.txt": 40, "e.json": 50}
+    for name, size in sizes.items():
+        assert upload(emu, name, b"{" + b" " * (size - 2) + b"}").status == 200
+    page = request(emu, "GET", "/files/metadata").json()
+    assert set(page) == {"data", "has_more", "next_cursor", "prev_cursor"}
+    assert [r["file_id"] for r in page["data"]] == ["e.json", "d.txt", "b.csv", "a.png", "c.txt"]
+    assert page["has_more"] is False and page["next_cursor"] is None and page["prev_cursor"] is None
+
+    by_size = request(emu, "GET", "/files/metadata?sort=num_bytes").json()["data"]
+    assert [r["num_bytes"] for r in by_size] == [50, 40, 30, 20, 10]
+    asc = request(emu, "GET", "/files/metadata?sort=num_bytes&order=asc").json()["data"]
+    assert [r["num_bytes"] for r in asc] == [10, 20, 30, 40, 50]
+
+    seen: list[str] = []
+    url = "/files/metadata?sort=file_id&limit=2"
+    first = request(emu, "GET", url).json()
+    seen += [r["file_id"] for r in first["data"]]
+    assert first["has_more"] is True
+    second = request(emu, "GET", f"{url}&after={urllib.parse.quote(first['next_cursor'])}").json()
+    seen += [r["file_id"] for r in second["data"]]
+    third = request(emu, "GET", f"{url}&after={urllib.parse.quote(second['next_cursor'])}").json()
+    seen += [r["file_id"] for r in third["data"]]
+    assert seen == ["a.png", "b.csv", "c.txt", "d.txt", "e.json"]
+    assert third["has_more"] is False and third["next_cursor"] is None
+    back = request(emu, "GET", f"{url}&before={urllib.parse.quote(second['prev_cursor'])}").json()
+    assert [r["file_id"] for r in back["data"]] == ["a.png", "b.csv"]
+
+    filtered = request(emu, "GET", "/files/metadata?sort=file_id&file_type=text/plain,%20,image/png").json()["data"]
+    assert [r["file_id"] for r in filtered] == ["a.png", "c.txt", "d.txt"]
+
+    assert_error(request(emu, "GET", "/files/metadata?after=made-up"), 400, "invalid_cursor")
+    assert_error(request(emu, "GET", f"/files/metadata?after={first['next_cursor']}&before=x"), 400, "invalid_request")
+    assert_error(request(emu, "GET", "/files/metadata?limit=0"), 400, "invalid_request")
+    assert_error(request(emu, "GET", "/files/metadata?limit=1001"), 400, "invalid_request")
+    assert_error(request(emu, "GET", "/files/metadata?sort=size"), 400, "invalid_request")
+    assert_error(request(emu, "GET", "/files/metadata?order=sideways"), 400, "invalid_request")
+    many = ",".join(f"type/t{i}" for i in range(51))
+    assert_error(request(emu, "GET", f"/files/metadata?file_type={many}"), 400, "invalid_request")
+
+
+def test_orgs_do_not_see_each_other(emu: Emulator) -> None:
+    other = emu.new_api_key()
+    assert upload(emu, "mine.txt", b"a").status == 200
+    assert upload(emu, "mine.txt", b"b", key=other).status == 200  # same name, other org
+    assert request(emu, "GET", "/files/info", key=other).json() == {"num_files": 1, "num_bytes": 1}
+    assert request(emu, "GET", "/files/download/mine.txt", key=other).raw == b"b"
+    upload(emu, "only-default.txt", b"x")
+    assert_error(request(emu, "GET", "/files/metadata/only-default.txt", key=other), 404, "file_not_found")
+    assert_error(post_json(emu, "/query", {"model": REASONER, "query": "", "file_ids": ["only-default.txt"]}, key=other), 404, "file_not_found")
+    team1 = emu.new_api_key("team")
+    team2 = emu.new_api_key("team")
+    upload(emu, "shared.txt", b"t", key=team1)
+    assert request(emu, "GET", "/files/metadata/shared.txt", key=team2).status == 200
+
+
+# --- Models ----------------------------------------------------------------------------------------
+
+
+def test_models_filters(emu: Emulator) -> None:
+    every = request(emu, "GET", "/models").json()
+    assert set(every) == {"data", "has_more", "next_cursor"}
+    assert every["has_more"] is False and every["next_cursor"] is None
+    assert {m["id"] for m in every["data"]} == {REASONER, "Reasoner::c2_5_8b_260413b723a9ab", ENCODER}
+    assert all(set(m) == {"id", "model_family", "variant", "description", "scope"} for m in every["data"])
+    enc = request(emu, "GET", "/models?model_family=encoder").json()["data"]
+    assert [m["id"] for m in enc] == [ENCODER]
+    assert enc[0] == {**enc[0], "model_family": "Encoder", "variant": "encoder_embeddings_01", "scope": "platform"}
+    assert len(request(emu, "GET", "/models?model_family=REASONER").json()["data"]) == 2
+    assert request(emu, "GET", "/models?scope=org").json()["data"] == []
+    assert len(request(emu, "GET", "/models?scope=platform").json()["data"]) == 3
+    assert [m["id"] for m in request(emu, "GET", "/models?search=C2_5").json()["data"]] == ["Reasoner::c2_5_8b_260413b723a9ab"]
+    assert [m["id"] for m in request(emu, "GET", "/models?variant=c2_4_7b_251215a172f6d7").json()["data"]] == [REASONER]
+    assert_error(request(emu, "GET", "/models?model_family=Vision"), 400, "invalid_request")
+    assert_error(request(emu, "GET", "/models?scope=galaxy"), 400, "invalid_request")
+
+
+def test_unknown_route_is_spec_shaped(emu: Emulator) -> None:
+    assert_error(request(emu, "GET", "/agents/blueprints"), 404, "not_found")
+
+
+# --- Faults and the request log -----------------------------------------------------------------
+
+
+def test_status_faults_with_retry_after(emu: Emulator) -> None:
+    emu.inject("POST", "/query", 503, retry_after=2, times=1)
+    emu.inject("POST", "/v0.5/query", 429, retry_after=0.5, times=1)
+    emu.inject(None, "/files/*", 500, times=1)
+    first = query(emu)
+    assert_error(first, 503, "server_at_capacity")
+    assert first.headers["Retry-After"] == "2"
+    second = query(emu)
+    assert_error(second, 429, "rate_limit_exceeded")
+    assert second.headers["Retry-After"] == "0.5"
+    assert query(emu).status == 200
+    assert_error(request(emu, "GET", "/files/info"), 500, "internal_error")
+    assert request(emu, "GET", "/files/info").status == 200
+    emu.inject("GET", "/models", 418, times=None)
+    for _ in range(2):
+        reply = request(emu, "GET", "/models")
+        assert_error(reply, 418, "injected_fault")
+        assert "Retry-After" not in reply.headers
+    emu.clear_faults()
+    assert request(emu, "GET", "/models").status == 200
+    emu.inject("GET", "/models", 502, delay=0.01)
+    assert_error(request(emu, "GET", "/models"), 502, "bad_gateway")
+
+
+def test_reset_fault(emu: Emulator) -> None:
+    emu.inject("POST", "/query", action="reset")
+    with pytest.raises(ConnectionResetError):
+        query(emu)
+    assert query(emu).status == 200
+    assert [r.status for r in emu.requests] == [0, 200]
+
+
+def test_truncate_fault(emu: Emulator) -> None:
+    emu.inject("GET", "/models", action="truncate")
+    conn = http.client.HTTPConnection("127.0.0.1", emu.port, timeout=30)
+    conn.request("GET", "/v0.5/models", headers={"Authorization": f"Bearer {emu.api_key}"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    declared = int(resp.headers["Content-Length"])
+    with pytest.raises(http.client.IncompleteRead) as info:
+        resp.read()
+    assert len(info.value.partial) == declared // 2
+    conn.close()
+    assert request(emu, "GET", "/models").status == 200
+    assert [r.status for r in emu.requests] == [200, 200]
+
+
+def test_stall_fault(emu: Emulator) -> None:
+    emu.inject("GET", "/models", action="stall")
+    conn = http.client.HTTPConnection("127.0.0.1", emu.port, timeout=0.5)
+    conn.request("GET", "/v0.5/models", headers={"Authorization": f"Bearer {emu.api_key}"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    declared = int(resp.headers["Content-Length"])
+    got = resp.fp.read(declared // 2)
+    assert len(got) == declared // 2
+    with pytest.raises((socket.timeout, TimeoutError)):
+        resp.fp.read(1)
+    conn.close()
+    assert request(emu, "GET", "/models").status == 200
+
+
+def test_requests_log(emu: Emulator) -> None:
+    body = {"model": REASONER, "query": "logged"}
+    post_json(emu, "/query", body, headers={"x-sensorium-retry-count": "2"})
+    upload(emu, "f.txt", b"12345")
+    request(emu, "GET", "/files/metadata?limit=5&sort=file_id", key="sk-nobody")
+    log = emu.requests
+    assert [(r.method, r.path, r.status) for r in log] == [
+        ("POST", "/v0.5/query", 200),
+        ("POST", "/v0.5/files", 200),
+        ("GET", "/v0.5/files/metadata", 401),
+    ]
+    q = log[0]
+    assert q.attempt == 3 and q.org == "org-emu-default"
+    assert q.headers["authorization"] == "Bearer <redacted>"
+    assert q.body is not None and json.loads(q.body) == body
+    assert q.body_len == len(json.dumps(body).encode())
+    assert log[1].body is None and log[1].body_len > 5 and log[1].attempt == 1
+    assert log[2].query == "limit=5&sort=file_id" and log[2].org is None
+    assert all(emu.api_key not in v for r in log for v in r.headers.values())
+    emu.clear_requests()
+    assert emu.requests == []
+
+
+def test_control_routes(emu: Emulator) -> None:
+    added = post_json(emu, "/_emulator/faults", {"method": "GET", "path": "/models", "status": 503, "retry_after": 1}, key=None)
+    assert added.status == 200 and added.json()["times"] == 1
+    assert_error(request(emu, "GET", "/models"), 503, "server_at_capacity")
+    post_json(emu, "/_emulator/faults", {"path": "/models", "status": 500, "times": None}, key=None)
+    assert request(emu, "DELETE", "/_emulator/faults", key=None).status == 200
+    assert request(emu, "GET", "/models").status == 200
+    assert post_json(emu, "/_emulator/faults", {"path": "/models", "action": "explode"}, key=None).status == 400
+    log = request(emu, "GET", "/_emulator/requests", key=None).json()["data"]
+    assert [r["status"] for r in log] == [503, 200]
+    assert log[0]["headers"]["authorization"] == "Bearer <redacted>"
+    key = post_json(emu, "/_emulator/keys", {"org": "ci"}, key=None).json()["api_key"]
+    assert key.startswith("sk-emu-")
+    assert request(emu, "GET", "/files/info", key=key).status == 200
+    assert request(emu, "DELETE", "/_emulator/requests", key=None).status == 200
+    assert emu.requests == []
+
+
+def test_python_inject_rejects_unknown_action(emu: Emulator) -> None:
+    with pytest.raises(ValueError, match="explode"):
+        emu.inject("GET", "/models", action="explode")  # type: ignore[arg-type]
+
+
+def test_query_accepts_bodies_over_axum_default_limit(emu: Emulator) -> None:
+    # ~3 MB of numbers: above axum's 2 MB default, well under the emulator's 64 MiB.
+    long = [round(math.sin(i * 0.01), 6) for i in range(300_000)]
+    reply = post_json(emu, "/query", _numeric([long]))
+    assert reply.status == 200, reply.raw[:200]
+    assert reply.json()["response"]["warning_messages"] == ["window of 300000 points was truncated to its last 1024"]
+    assert emu.requests[-1].body_len > 2_000_000
+
+
+def test_upload_larger_than_axum_default_limit(emu: Emulator) -> None:
+    content = bytes(range(256)) * 12_000  # ~3 MB
+    assert upload(emu, "big.csv", content).status == 200
+    assert request(emu, "GET", "/files/download/big.csv").raw == content
+    assert request(emu, "GET", "/files/metadata/big.csv").json()["file_type"] == "text/csv"
