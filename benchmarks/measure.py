@@ -1,0 +1,191 @@
+"""Timing loops and statistics. Every loop records per-call wall time (perf_counter_ns) and the
+client process's CPU time (time.process_time: all of this process's threads, so a Rust client's
+I/O threads count too; the server runs in another process and does not)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import os
+import resource
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import numpy as np
+
+
+@dataclass
+class Samples:
+    """Per-call wall times (ns) and the CPU seconds spent producing them, over all rounds."""
+
+    wall_ns: list[int] = field(default_factory=list)
+    cpu_s: float = 0.0
+    calls: int = 0
+    errors: int = 0
+    elapsed_s: float = 0.0  # wall time of the timed blocks (for throughput)
+    rates: list[float] = field(default_factory=list)  # per-round calls/s (throughput)
+    switches: int = 0  # context switches of this process (all threads) during the timed blocks
+
+    def summary(self) -> dict[str, Any]:
+        w = np.asarray(self.wall_ns, dtype=np.float64) / 1e3 if self.wall_ns else np.asarray([np.nan])
+        return {
+            "calls": self.calls,
+            "errors": self.errors,
+            "median_us": float(np.median(w)),
+            "p99_us": float(np.percentile(w, 99)),
+            "mean_us": float(np.mean(w)),
+            "cpu_us_per_call": 1e6 * self.cpu_s / self.calls if self.calls else float("nan"),
+            "switches_per_call": self.switches / self.calls if self.calls else float("nan"),
+            "rate_per_s": float(np.median(self.rates)) if self.rates else None,
+            "rates_per_s": self.rates,
+        }
+
+
+def _switches() -> int:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_nvcsw + ru.ru_nivcsw
+
+
+def time_sync(fn: Callable[[], Any], n: int, into: Samples, collect: bool = True) -> None:
+    if collect:
+        gc.collect()  # outside the timed region: start each block with the same heap
+    wall = into.wall_ns
+    clock = time.perf_counter_ns
+    sw0, cpu0 = _switches(), time.process_time()
+    for _ in range(n):
+        t0 = clock()
+        fn()
+        wall.append(clock() - t0)
+    into.cpu_s += time.process_time() - cpu0
+    into.switches += _switches() - sw0
+    into.calls += n
+
+
+async def time_async(fn: Callable[[], Awaitable[Any]], n: int, into: Samples, collect: bool = True) -> None:
+    if collect:
+        gc.collect()
+    wall = into.wall_ns
+    clock = time.perf_counter_ns
+    sw0, cpu0 = _switches(), time.process_time()
+    for _ in range(n):
+        t0 = clock()
+        await fn()
+        wall.append(clock() - t0)
+    into.cpu_s += time.process_time() - cpu0
+    into.switches += _switches() - sw0
+    into.calls += n
+
+
+async def burst_async(
+    fn: Callable[[], Awaitable[Any]], total: int, inflight: int, into: Samples | None, collect: bool = True
+) -> None:
+    """`total` calls with `inflight` of them outstanding at any time (one asyncio task each)."""
+    remaining = total
+    wall: list[int] = []
+    errors = 0
+    clock = time.perf_counter_ns
+
+    async def worker() -> None:
+        nonlocal remaining, errors
+        while remaining > 0:
+            remaining -= 1
+            t0 = clock()
+            try:
+                await fn()
+            except Exception:
+                errors += 1
+            wall.append(clock() - t0)
+
+    if collect:
+        gc.collect()
+    sw0, cpu0, t0 = _switches(), time.process_time(), time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(inflight)))
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    if into is not None:
+        into.switches += _switches() - sw0
+        into.wall_ns += wall
+        into.cpu_s += cpu
+        into.calls += total
+        into.errors += errors
+        into.elapsed_s += elapsed
+        into.rates.append(total / elapsed)
+
+
+def burst_threads(fn: Callable[[], Any], total: int, threads: int, into: Samples | None) -> None:
+    """`total` calls spread over `threads` OS threads that all start together."""
+    counter = itertools.count()
+    wall: list[int] = []
+    errors = [0]
+    clock = time.perf_counter_ns
+    start = threading.Barrier(threads + 1)
+
+    def worker() -> None:
+        start.wait()
+        while next(counter) < total:
+            t0 = clock()
+            try:
+                fn()
+            except Exception:
+                errors[0] += 1
+            wall.append(clock() - t0)
+
+    pool = [threading.Thread(target=worker, daemon=True) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    gc.collect()
+    sw0, cpu0, t0 = _switches(), time.process_time(), time.perf_counter()
+    start.wait()
+    for t in pool:
+        t.join()
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    if into is not None:
+        into.switches += _switches() - sw0
+        into.wall_ns += wall
+        into.cpu_s += cpu
+        into.calls += total
+        into.errors += errors[0]
+        into.elapsed_s += elapsed
+        into.rates.append(total / elapsed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Machine noise: how busy the machine was with other work while a section ran.
+
+
+def _busy_jiffies() -> int | None:
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        values = [int(v) for v in fields]
+        idle = values[3] + (values[4] if len(values) > 4 else 0)
+        return sum(values[:8]) - idle
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class NoiseMeter:
+    """Share of the machine (in cores) used by processes other than this one and the server."""
+
+    def __init__(self, server_cpu: Callable[[], float | None]) -> None:
+        self.server_cpu = server_cpu
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def start(self) -> tuple:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return (time.perf_counter(), _busy_jiffies(), ru.ru_utime + ru.ru_stime, self.server_cpu())
+
+    def stop(self, started: tuple) -> dict[str, float | None]:
+        t0, busy0, self0, server0 = started
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        t1, busy1, self1, server1 = time.perf_counter(), _busy_jiffies(), ru.ru_utime + ru.ru_stime, self.server_cpu()
+        wall = t1 - t0
+        out: dict[str, float | None] = {"wall_s": wall, "client_cores": (self1 - self0) / wall}
+        out["server_cores"] = (server1 - server0) / wall if server0 is not None and server1 is not None else None
+        if busy0 is not None and busy1 is not None:
+            total = (busy1 - busy0) / self.tick / wall
+            out["machine_cores"] = total
+            out["other_cores"] = max(0.0, total - out["client_cores"] - (out["server_cores"] or 0.0))
+        return out
