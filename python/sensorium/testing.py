@@ -98,16 +98,21 @@ class Emulator:
         Example::
 
             client = emu.client(max_retries=0)
+            other_org = emu.client(api_key=emu.new_api_key())
         """
         from sensorium import Client
 
-        return Client(api_key=self.api_key, base_url=self.base_url, **kwargs)
+        kwargs.setdefault("api_key", self.api_key)
+        kwargs.setdefault("base_url", self.base_url)
+        return Client(**kwargs)
 
     def async_client(self, **kwargs: Any) -> "AsyncClient":
         """A :class:`sensorium.AsyncClient` bound to this emulator."""
         from sensorium import AsyncClient
 
-        return AsyncClient(api_key=self.api_key, base_url=self.base_url, **kwargs)
+        kwargs.setdefault("api_key", self.api_key)
+        kwargs.setdefault("base_url", self.base_url)
+        return AsyncClient(**kwargs)
 
     def new_api_key(self, org: Optional[str] = None) -> str:
         """A key for a new organization, or for ``org`` (created when new).
