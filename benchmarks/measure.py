@@ -29,6 +29,7 @@ class Samples:
     elapsed_s: float = 0.0  # wall time of the timed blocks (for throughput)
     rates: list[float] = field(default_factory=list)  # per-round calls/s (throughput)
     switches: int = 0  # context switches of this process (all threads) during the timed blocks
+    server_cpu_s: float = 0.0  # CPU the server process used during the timed blocks (not the client's)
 
     def summary(self) -> dict[str, Any]:
         w = np.asarray(self.wall_ns, dtype=np.float64) / 1e3 if self.wall_ns else np.asarray([np.nan])
@@ -40,9 +41,18 @@ class Samples:
             "mean_us": float(np.mean(w)),
             "cpu_us_per_call": 1e6 * self.cpu_s / self.calls if self.calls else float("nan"),
             "switches_per_call": self.switches / self.calls if self.calls else float("nan"),
+            "server_cpu_us_per_call": 1e6 * self.server_cpu_s / self.calls if self.calls else float("nan"),
             "rate_per_s": float(np.median(self.rates)) if self.rates else None,
             "rates_per_s": self.rates,
         }
+
+
+# Set by run.py to a function returning the server process's CPU seconds so far.
+SERVER_CPU: Callable[[], float | None] = lambda: None
+
+
+def _server_cpu() -> float:
+    return SERVER_CPU() or 0.0
 
 
 def _switches() -> int:
@@ -55,13 +65,14 @@ def time_sync(fn: Callable[[], Any], n: int, into: Samples, collect: bool = True
         gc.collect()  # outside the timed region: start each block with the same heap
     wall = into.wall_ns
     clock = time.perf_counter_ns
-    sw0, cpu0 = _switches(), time.process_time()
+    srv0, sw0, cpu0 = _server_cpu(), _switches(), time.process_time()
     for _ in range(n):
         t0 = clock()
         fn()
         wall.append(clock() - t0)
     into.cpu_s += time.process_time() - cpu0
     into.switches += _switches() - sw0
+    into.server_cpu_s += _server_cpu() - srv0
     into.calls += n
 
 
@@ -70,28 +81,34 @@ async def time_async(fn: Callable[[], Awaitable[Any]], n: int, into: Samples, co
         gc.collect()
     wall = into.wall_ns
     clock = time.perf_counter_ns
-    sw0, cpu0 = _switches(), time.process_time()
+    srv0, sw0, cpu0 = _server_cpu(), _switches(), time.process_time()
     for _ in range(n):
         t0 = clock()
         await fn()
         wall.append(clock() - t0)
     into.cpu_s += time.process_time() - cpu0
     into.switches += _switches() - sw0
+    into.server_cpu_s += _server_cpu() - srv0
     into.calls += n
 
 
 async def burst_async(
-    fn: Callable[[], Awaitable[Any]], total: int, inflight: int, into: Samples | None, collect: bool = True
+    fn: Callable[[], Awaitable[Any]], total: int, inflight: int, into: Samples | None, collect: bool = True,
+    max_seconds: float = float("inf"),
 ) -> None:
-    """`total` calls with `inflight` of them outstanding at any time (one asyncio task each)."""
+    """Up to `total` calls with `inflight` of them outstanding at any time (one asyncio task each).
+    No call starts after `max_seconds`, so a slow client cannot stretch the run; the rate counts the
+    calls that completed."""
     remaining = total
+    done = 0
     wall: list[int] = []
     errors = 0
     clock = time.perf_counter_ns
+    deadline = float("inf")
 
     async def worker() -> None:
-        nonlocal remaining, errors
-        while remaining > 0:
+        nonlocal remaining, errors, done
+        while remaining > 0 and time.perf_counter() < deadline:
             remaining -= 1
             t0 = clock()
             try:
@@ -99,57 +116,69 @@ async def burst_async(
             except Exception:
                 errors += 1
             wall.append(clock() - t0)
+            done += 1
 
     if collect:
         gc.collect()
-    sw0, cpu0, t0 = _switches(), time.process_time(), time.perf_counter()
+    srv0, sw0, cpu0, t0 = _server_cpu(), _switches(), time.process_time(), time.perf_counter()
+    deadline = t0 + max_seconds
     await asyncio.gather(*(worker() for _ in range(inflight)))
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if into is not None:
         into.switches += _switches() - sw0
+        into.server_cpu_s += _server_cpu() - srv0
         into.wall_ns += wall
         into.cpu_s += cpu
-        into.calls += total
+        into.calls += done
         into.errors += errors
         into.elapsed_s += elapsed
-        into.rates.append(total / elapsed)
+        into.rates.append(done / elapsed)
 
 
-def burst_threads(fn: Callable[[], Any], total: int, threads: int, into: Samples | None) -> None:
-    """`total` calls spread over `threads` OS threads that all start together."""
+def burst_threads(
+    fn: Callable[[], Any], total: int, threads: int, into: Samples | None, max_seconds: float = float("inf")
+) -> None:
+    """Up to `total` calls spread over `threads` OS threads that all start together; no call
+    starts after `max_seconds`."""
     counter = itertools.count()
+    done = itertools.count()  # next() on itertools.count is atomic under the GIL
     wall: list[int] = []
     errors = [0]
     clock = time.perf_counter_ns
     start = threading.Barrier(threads + 1)
+    deadline = [float("inf")]
 
     def worker() -> None:
         start.wait()
-        while next(counter) < total:
+        while next(counter) < total and time.perf_counter() < deadline[0]:
             t0 = clock()
             try:
                 fn()
             except Exception:
                 errors[0] += 1
             wall.append(clock() - t0)
+            next(done)
 
     pool = [threading.Thread(target=worker, daemon=True) for _ in range(threads)]
     for t in pool:
         t.start()
     gc.collect()
-    sw0, cpu0, t0 = _switches(), time.process_time(), time.perf_counter()
+    srv0, sw0, cpu0, t0 = _server_cpu(), _switches(), time.process_time(), time.perf_counter()
+    deadline[0] = t0 + max_seconds
     start.wait()
     for t in pool:
         t.join()
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if into is not None:
+        completed = next(done)
         into.switches += _switches() - sw0
+        into.server_cpu_s += _server_cpu() - srv0
         into.wall_ns += wall
         into.cpu_s += cpu
-        into.calls += total
+        into.calls += completed
         into.errors += errors[0]
         into.elapsed_s += elapsed
-        into.rates.append(total / elapsed)
+        into.rates.append(completed / elapsed)
 
 
 # ---------------------------------------------------------------------------------------------

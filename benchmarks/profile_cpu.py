@@ -178,31 +178,45 @@ def _short(sym: str) -> str:
     return "::".join(sym.split("::")[-2:])[:60]
 
 
+_ANCHORS = ("_core::", "pyo3_async_runtimes::", "pyo3::", "tokio::", "reqwest::", "hyper::", "hyper_util::",
+            "serde_json::", "numpy::")
+
+
 def callgraph_groups(data: Path) -> list[tuple[float, str]]:
-    """Each sample attributed to (the innermost sensorium `_core::` function on its stack, the
-    crate or library of the leaf frame): a measured answer to 'which of our functions spends
-    this time, and in what'. Needs a `--call-graph dwarf` recording."""
-    out = subprocess.run(["perf", "script", "-i", str(data), "-F", "ip,sym,dso"], capture_output=True, text=True,
-                         check=False).stdout
+    """Each sample attributed to (its thread, the innermost frame of sensorium or of the Rust crates it
+    builds on, the leaf frame's crate or library): a measured answer to 'which code spends this time,
+    and in what'. Needs a `--call-graph dwarf` recording."""
+    out = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,ip,sym,dso"], capture_output=True,
+                         text=True, check=False).stdout
     counts: collections.Counter = collections.Counter()
     total = 0
     for block in out.split("\n\n"):
+        lines = block.strip().splitlines()
+        if not lines:
+            continue
+        comm = lines[0].split()[0] if not re.match(r"\s*[0-9a-f]+\s", lines[0]) else "?"
         frames = []
-        for line in block.strip().splitlines():
+        for line in lines:
             m = re.match(r"\s*[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$", line)
             if m:
-                frames.append((m.group(1), m.group(2)))
+                frames.append((re.sub(r"\+0x[0-9a-f]+$", "", m.group(1)), m.group(2)))
         if not frames:
             continue
         total += 1
         leaf_sym, leaf_dso = frames[0]
-        owner = next((re.sub(r"\+0x[0-9a-f]+$", "", sym) for sym, _ in frames
-                      if sym.lstrip("<").startswith("_core::") and "trampoline" not in sym), "(no sensorium frame)")
+        anchor = next((sym for sym, _ in frames
+                       if sym.lstrip("<").startswith(_ANCHORS) and "trampoline" not in sym), None)
+        ours = next((sym for sym, _ in frames if sym.lstrip("<").startswith("_core::") and "trampoline" not in sym),
+                    None)
+        owner = _short(anchor) if anchor else "(no Rust frame)"
+        if ours and ours != anchor:
+            owner = f"{_short(ours)} ▸ {owner}"
         leaf = _crate(leaf_sym, leaf_dso if leaf_dso != "inlined" else "")
         if leaf in ("core", "alloc", "std", "libc", "kernel", ""):
             leaf = f"{leaf or 'unknown'}: {_short(leaf_sym)}"
-        counts[(owner, leaf)] += 1
-    return [(100.0 * n / total, f"{owner} → {leaf}") for (owner, leaf), n in counts.most_common(20)]
+        thread = "python thread" if comm.startswith("python") else "I/O threads"
+        counts[(thread, owner, leaf)] += 1
+    return [(100.0 * n / total, f"[{t}] {o} → {lf}") for (t, o, lf), n in counts.most_common(25)]
 
 
 def strace_counts(path: Path) -> dict[str, int]:
@@ -291,9 +305,12 @@ def stages(server: servers.Server, target: peers.Target, n: int) -> dict[str, di
         "_core.query (no Python wrapper)": lambda: core.query(peers.REASONER, peers.PROMPT, {}, False).text,
     })
     window = np.random.default_rng(4).standard_normal((8, 1024))
+    small = window[:, :16].copy()
     out["embed"] = rows({
-        "Client.embed (public)": lambda: client.embed(peers.ENCODER, window).vectors,
-        "events.numeric(window) alone": lambda: sensorium.events.numeric(window),
+        "Client.embed, (8, 1024) float64 window": lambda: client.embed(peers.ENCODER, window).vectors,
+        "Client.embed, (8, 16) window (same (8, 768) response; small request)":
+            lambda: client.embed(peers.ENCODER, small).vectors,
+        "events.numeric((8, 1024) window) alone: serialisation, no I/O": lambda: sensorium.events.numeric(window),
     })
     client.close()
     return out
@@ -314,7 +331,8 @@ def markdown(results: list[dict], stage_results: dict | None) -> str:
             lines += ["", "Top symbols: " + "; ".join(f"{p:.1f}% {sym[:70]} ({Path(dso).name})"
                                                        for p, dso, sym in r["top_symbols"][:8]), ""]
         if "callgraph_pct" in r:
-            lines += ["| innermost sensorium function → leaf crate/library | share of CPU samples | µs per call |",
+            lines += ["| [thread] innermost sensorium function ▸ innermost Rust frame (pyo3, tokio, reqwest, serde_json...) → leaf | share of CPU "
+                      "samples | µs per call |",
                       "|---|---|---|"]
             for pct, key in r["callgraph_pct"]:
                 if pct >= 1.0:
@@ -325,9 +343,11 @@ def markdown(results: list[dict], stage_results: dict | None) -> str:
                 f"{k} {v:.2f}" for k, v in r["syscalls_per_call"].items() if v >= 0.05), ""]
     if stage_results:
         for name, rows in stage_results.items():
-            lines += [f"#### Stages: {name}", "", "| variant | median | CPU per call |", "|---|---|---|"]
+            lines += [f"#### Stages: {name}", "", "| variant | median | client CPU per call | server CPU per call |",
+                      "|---|---|---|---|"]
             for k, v in rows.items():
-                lines.append(f"| {k} | {v['median_us']:.0f} µs | {v['cpu_us_per_call']:.0f} µs |")
+                lines.append(f"| {k} | {v['median_us']:.0f} µs | {v['cpu_us_per_call']:.0f} µs | "
+                             f"{v['server_cpu_us_per_call']:.0f} µs |")
             lines.append("")
     return "\n".join(lines)
 
@@ -355,6 +375,9 @@ def main() -> None:
 
         probe = sensorium.Client(api_key=server.api_key, base_url=server.base_url)
         target = peers.Target(server.base_url, probe.base_url + "/query", server.api_key)
+        import measure
+
+        measure.SERVER_CPU = server.cpu_seconds
         results = []
         for case in args.cases:
             print(f"profiling {case} ...", file=sys.stderr, flush=True)

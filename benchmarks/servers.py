@@ -28,13 +28,26 @@ class Server:
     process: subprocess.Popen
     command: list[str]
     output: collections.deque = field(default_factory=lambda: collections.deque(maxlen=200))
+    _thread_ns: dict = field(default_factory=dict)  # last schedstat run time seen per thread
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
     def cpu_seconds(self) -> float | None:
-        """User+system CPU the server process has used so far (Linux /proc), for the record."""
+        """CPU the server process has used so far (Linux /proc): the sum of its live threads'
+        schedstat run time (nanoseconds), else utime+stime (clock ticks, 10 ms steps)."""
+        try:
+            for task in Path(f"/proc/{self.pid}/task").iterdir():
+                try:
+                    self._thread_ns[task.name] = int((task / "schedstat").read_text().split()[0])
+                except (OSError, IndexError, ValueError):
+                    continue  # the thread ended between listing and reading: keep its last value
+            if self._thread_ns:
+                # Threads that ended keep the run time last seen, so the total never goes down.
+                return sum(self._thread_ns.values()) / 1e9
+        except OSError:
+            pass
         try:
             fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
