@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from sensorium.testing import Emulator
-
 pytest_plugins = ["pytester"]
 
 
 @pytest.fixture
 def emu():
     """A fresh emulator, private to the test."""
+    from sensorium.testing import Emulator
+
     with Emulator() as emulator:
         yield emulator
 

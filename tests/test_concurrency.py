@@ -40,6 +40,17 @@ def test_one_client_shared_by_eight_threads(emu, client):
 
 
 @pytest.mark.timeout(60)
+def test_threads_wait_in_parallel(emu, client):
+    emu.set_query_delay(0.5)
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda _: client.query(REASONER, "x").status, range(8)))
+    assert results == ["completed"] * 8
+    # Eight 0.5 s calls one after another would take 4 s: the calls do not hold the GIL or a lock.
+    assert time.monotonic() - start < 3.0
+
+
+@pytest.mark.timeout(60)
 def test_threads_share_a_client_across_files(client, tmp_path):
     def upload(i: int) -> str:
         return client.files.upload_base64(f"t{i}.txt", f"thread {i}".encode()).file_id

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -82,12 +83,17 @@ def test_unknown_extension_without_content_type_is_rejected(emu, client, tmp_pat
 def test_jsonl_needs_direct_to_cloud_upload(emu, client, tmp_path, name):
     path = make(tmp_path, name, '{"a": 1}\n{"a": 2}\n')
     with pytest.raises(InvalidArgumentError, match="direct-to-cloud"):
-        client.files.upload(path)
+        client.files.upload(path, method="simple")
     with pytest.raises(InvalidArgumentError, match="direct-to-cloud"):
-        client.files.upload(path, content_type="text/plain")
+        client.files.upload(path, method="simple", content_type="text/plain")
     with pytest.raises(InvalidArgumentError, match="direct-to-cloud"):
         client.files.upload_base64(name, b'{"a": 1}\n')
     assert emu.requests == []
+    # The default method sends JSONL through the direct-to-cloud flow, never the simple upload.
+    with pytest.raises(APIStatusError):  # the emulator does not implement that flow
+        client.files.upload(path)
+    assert calls(emu, "/files", "POST") == []
+    assert [r.path for r in emu.requests][:1] == ["/v0.5/files/uploads/initiate"]
 
 
 def test_existing_name_is_a_conflict_and_not_retried(emu, client, tmp_path):
@@ -255,6 +261,16 @@ def test_download_into_a_folder_uses_the_file_name(client, tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["src.txt"]
 
 
+def test_download_to_a_relative_path(client, tmp_path, monkeypatch):
+    client.files.upload(make(tmp_path, "rel.txt", "relative"))
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert client.files.download("rel.txt", "copy.txt").resolve() == work / "copy.txt"
+    assert (work / "copy.txt").read_text() == "relative"
+    assert sorted(p.name for p in work.iterdir()) == ["copy.txt"]
+
+
 def test_download_replaces_an_existing_file(client, tmp_path):
     client.files.upload(make(tmp_path, "new.txt", "fresh"))
     out = make(tmp_path, "target.txt", "stale content that is longer")
@@ -316,6 +332,19 @@ def test_stalled_download_times_out_on_read_timeout(emu, tmp_path):
         assert list(tmp_path.iterdir()) == []
         # The stall was one-off: the next download completes.
         assert client.files.download("data.png", out).read_bytes() == content
+
+
+@pytest.mark.timeout(30)
+def test_silent_download_server_times_out(emu, tmp_path):
+    """No answer at all for longer than read_timeout (and timeout) ends the download."""
+    with emu.client(max_retries=0, read_timeout=0.5, timeout=1.0) as client:
+        client.files.upload_base64("late.txt", b"late")
+        emu.inject("GET", "/files/download/late.txt", delay=4.0, times=1)
+        start = time.monotonic()
+        with pytest.raises(APITimeoutError):
+            client.files.download("late.txt", tmp_path / "late.txt")
+        assert time.monotonic() - start < 3.5
+    assert not (tmp_path / "late.txt").exists()
 
 
 def test_delete(emu, client, tmp_path):

@@ -47,11 +47,17 @@ def test_result_fields(client):
     assert result.query_id in repr(result)
 
 
+def test_sanitize_response_false_keeps_internal_fields(client):
+    raw = client.query(REASONER, "hi", sanitize_response=False, query_metadata={"run": 1}).to_dict()
+    assert "org_id" in raw and raw["query_metadata"] == {"run": 1}
+    assert "org_id" not in client.query(REASONER, "hi", query_metadata={"run": 1}).to_dict()
+
+
 def test_only_the_given_fields_are_sent(emu, client):
     client.query(REASONER, "hello")
     assert body_json(emu.requests[-1]) == {"model": REASONER, "query": "hello"}
-    client.query(ENCODER)
-    assert body_json(emu.requests[-1]) == {"model": ENCODER, "query": ""}
+    client.query(REASONER)
+    assert body_json(emu.requests[-1]) == {"model": REASONER, "query": ""}
 
 
 def test_fields_set_to_none_are_not_sent(emu, client):
@@ -216,6 +222,8 @@ def test_prompt_over_the_size_limit_is_413(emu, client):
     with pytest.raises(PayloadTooLargeError) as info:
         client.query(REASONER, "hi", events=[events.text(big)])
     assert info.value.status == 413
+    assert info.value.suggestion and "max_query_size_mb" in info.value.suggestion
+    assert f"(suggestion: {info.value.suggestion})" in str(info.value)
     assert len(calls(emu, "/query")) == 1
     assert client.query(REASONER, "hi", events=[events.text(big)], max_query_size_mb=0.1).status == "completed"
 

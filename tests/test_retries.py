@@ -223,7 +223,7 @@ def test_upload_reset_is_retried_and_stored_once(emu, tmp_path):
         assert [f.file_id for f in client.files.list()] == ["notes.txt"]
 
 
-@pytest.mark.timeout(20)
+@pytest.mark.timeout(10)
 def test_stalled_upload_response_times_out(emu, tmp_path):
     """A dead upload connection must not hang forever: the stall (read) timeout bounds it."""
     path = tmp_path / "notes.txt"
@@ -234,6 +234,19 @@ def test_stalled_upload_response_times_out(emu, tmp_path):
         with pytest.raises(APITimeoutError):
             client.files.upload(path)
         assert time.monotonic() - start < 10
+
+
+@pytest.mark.timeout(30)
+def test_silent_upload_server_times_out(emu, tmp_path):
+    """A server that sends nothing for longer than read_timeout (and timeout) ends the upload."""
+    path = tmp_path / "notes.txt"
+    path.write_text("hello")
+    emu.inject("POST", "/files", delay=4.0, times=1)
+    with emu.client(max_retries=0, read_timeout=0.5, timeout=1.0) as client:
+        start = time.monotonic()
+        with pytest.raises(APITimeoutError):
+            client.files.upload(path)
+        assert time.monotonic() - start < 3.5
 
 
 def test_download_retried_on_server_error(emu, tmp_path):
