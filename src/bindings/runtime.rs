@@ -156,6 +156,7 @@ where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
+    super::logging::sync_level(py);
     if asynchronous {
         awaitable(py, fut)
     } else {

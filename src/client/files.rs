@@ -167,20 +167,35 @@ pub async fn upload(
         ..Call::new(Method::POST, transport.config.url("/files"))
     };
     let size = meta.len();
-    match transport.json::<FileOpResponse>(&call).await {
-        Err(Error::Api(api)) if api.status == 409 && api.after_lost_response => {
-            // An earlier attempt's response was lost; if that attempt stored the file, the 409
-            // is our own upload. Same name and same size: report it as the success it was.
-            let file_id = match &call.body {
-                RequestBody::MultipartFile { file_name, .. } => file_name.clone(),
-                _ => return Err(Error::Api(api)),
-            };
-            match metadata(transport, &file_id).await {
+    let result = transport.json::<FileOpResponse>(&call).await;
+    resolve_lost_response(transport, result, &file_name_of(&call), size).await
+}
+
+fn file_name_of(call: &Call) -> String {
+    match &call.body {
+        RequestBody::MultipartFile { file_name, .. } | RequestBody::MultipartBytes { file_name, .. } => file_name.clone(),
+        _ => String::new(),
+    }
+}
+
+/// An upload retried after its response was lost can meet its own earlier attempt as a 409:
+/// the file landed, the answer did not. Same name and same size: report the success it was.
+/// (Another writer storing the same name with the same size in that window would be taken
+/// for ours; the alternative, failing a successful upload, is worse.)
+async fn resolve_lost_response(
+    transport: &Transport,
+    result: Result<FileOpResponse, Error>,
+    file_id: &str,
+    size: u64,
+) -> Result<FileOpResponse, Error> {
+    match result {
+        Err(Error::Api(api)) if api.status == 409 && api.after_lost_response && !file_id.is_empty() => {
+            match metadata(transport, file_id).await {
                 Ok(record) if record.get("num_bytes").and_then(Value::as_u64) == Some(size) => {
                     log::debug!("upload of {file_id}: 409 after a lost response; the stored file matches, taking it as ours");
                     Ok(FileOpResponse {
                         is_valid: true,
-                        file_id,
+                        file_id: file_id.to_string(),
                         file_uid: record.get("file_uid").and_then(Value::as_str).map(str::to_string),
                     })
                 }
@@ -206,7 +221,8 @@ pub async fn upload_base64(transport: &Transport, name: &str, data: &[u8], conte
         },
         ..Call::new(Method::POST, transport.config.url("/files/base64"))
     };
-    transport.json(&call).await
+    let result = transport.json::<FileOpResponse>(&call).await;
+    resolve_lost_response(transport, result, name, data.len() as u64).await
 }
 
 #[derive(Debug, Default, Clone)]

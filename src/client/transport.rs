@@ -150,9 +150,15 @@ impl Transport {
 
     /// `execute` with the body parsed as JSON into `T`.
     pub async fn json<T: DeserializeOwned>(&self, call: &Call) -> Result<T, Error> {
+        // A transfer has no overall deadline, so its (small) answer is bounded by the stall
+        // timeout instead; other calls are already bounded by the per-attempt deadline.
+        let stall = call.streaming.then_some(self.config.timeouts.read);
         self.execute(call, |response| async move {
             let url = response.url().to_string();
-            let body = read_body(response).await?;
+            let body = match stall {
+                Some(limit) => read_body_with_stall(response, limit).await?,
+                None => read_body(response).await?,
+            };
             decode_json(&url, &body)
         })
         .await
@@ -162,6 +168,7 @@ impl Transport {
     /// which refresh expired URLs between attempts).
     pub async fn send_once(&self, call: &Call, attempt: u32) -> Result<Response, Error> {
         let cfg = &self.config;
+        let activity = Activity::new();
         let mut request = self
             .http
             .request(call.method.clone(), &call.url)
@@ -185,7 +192,8 @@ impl Transport {
                 for c in &counters {
                     c.store(0, Ordering::Relaxed);
                 }
-                let stream = reqwest::Body::wrap_stream(file_range_stream(path, 0, *len, counters).await?);
+                let stream =
+                    reqwest::Body::wrap_stream(file_range_stream(path, 0, *len, counters, activity.clone()).await?);
                 let part = reqwest::multipart::Part::stream_with_length(stream, *len)
                     .file_name(file_name.clone())
                     .mime_str(mime)
@@ -203,14 +211,34 @@ impl Transport {
                 request.multipart(reqwest::multipart::Form::new().part(field.clone(), part))
             }
             RequestBody::FileRange { path, offset, len, progress } => {
-                let stream = file_range_stream(path, *offset, *len, progress.clone()).await?;
+                let stream = file_range_stream(path, *offset, *len, progress.clone(), activity.clone()).await?;
                 request
                     .header(CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"))
                     .header(reqwest::header::CONTENT_LENGTH, *len)
                     .body(reqwest::Body::wrap_stream(stream))
             }
         };
-        let response = request.send().await.map_err(|e| self.send_error(call, e))?;
+        let sent = if call.streaming {
+            // No overall deadline on a transfer; instead it fails once nothing has moved for
+            // the stall timeout (the body being sent, or the answer awaited after it).
+            let stall = cfg.timeouts.read;
+            tokio::select! {
+                result = request.send() => result,
+                _ = activity.stalled(stall) => {
+                    return Err(Error::Timeout {
+                        message: format!(
+                            "{} {}: no progress for {:.0}s (read_timeout)",
+                            call.method,
+                            call.url,
+                            stall.as_secs_f64()
+                        ),
+                    })
+                }
+            }
+        } else {
+            request.send().await
+        };
+        let response = sent.map_err(|e| self.send_error(call, e))?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -287,6 +315,42 @@ fn build_http_client(config: &ClientConfig) -> Result<reqwest::Client, Error> {
         .map_err(|e| Error::Config(format!("could not set up the HTTP client: {}", error_chain(&e))))
 }
 
+/// When bytes last moved on a streaming call. The stall timeout counts from here, so a long
+/// upload that keeps sending is never cut, while a server that goes quiet (before answering,
+/// or mid-body) is.
+#[derive(Debug)]
+pub struct Activity {
+    start: std::time::Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Activity { start: std::time::Instant::now(), last_ms: AtomicU64::new(0) })
+    }
+
+    pub fn touch(&self) {
+        let now = self.start.elapsed().as_millis() as u64;
+        self.last_ms.store(now, Ordering::Relaxed);
+    }
+
+    fn idle(&self) -> Duration {
+        let now = self.start.elapsed().as_millis() as u64;
+        Duration::from_millis(now.saturating_sub(self.last_ms.load(Ordering::Relaxed)))
+    }
+
+    /// Resolves once nothing has moved for `limit`.
+    pub async fn stalled(&self, limit: Duration) {
+        loop {
+            let idle = self.idle();
+            if idle >= limit {
+                return;
+            }
+            tokio::time::sleep(limit - idle).await;
+        }
+    }
+}
+
 /// Streams `len` bytes of `path` from `offset`, adding the bytes handed to the connection to
 /// every counter in `progress`. Memory stays at one buffer per stream, whatever the part size.
 async fn file_range_stream(
@@ -294,6 +358,7 @@ async fn file_range_stream(
     offset: u64,
     len: u64,
     progress: Vec<Arc<AtomicU64>>,
+    activity: Arc<Activity>,
 ) -> Result<impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send + 'static, Error> {
     use futures_util::StreamExt;
     use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -301,6 +366,7 @@ async fn file_range_stream(
     file.seek(std::io::SeekFrom::Start(offset)).await.map_err(|e| Error::io(path.display(), e))?;
     let stream = ReaderStream::with_capacity(file.take(len), 256 * 1024);
     Ok(stream.inspect(move |chunk| {
+        activity.touch();
         if let Ok(bytes) = chunk {
             for counter in &progress {
                 counter.fetch_add(bytes.len() as u64, Ordering::Relaxed);
@@ -319,6 +385,26 @@ pub async fn read_body(response: Response) -> Result<Bytes, Error> {
             Error::Connection { message: format!("reading the response from {url}: {}", error_chain(&e)) }
         }
     })
+}
+
+/// Reads a whole body, failing with a timeout when no bytes arrive for `limit`.
+pub async fn read_body_with_stall(mut response: Response, limit: Duration) -> Result<Bytes, Error> {
+    let url = response.url().to_string();
+    let mut body = bytes::BytesMut::new();
+    loop {
+        let chunk = tokio::time::timeout(limit, response.chunk()).await.map_err(|_| Error::Timeout {
+            message: format!("reading the response from {url}: no data for {:.0}s (read_timeout)", limit.as_secs_f64()),
+        })?;
+        match chunk {
+            Ok(Some(bytes)) => body.extend_from_slice(&bytes),
+            Ok(None) => return Ok(body.freeze()),
+            Err(e) => {
+                return Err(Error::Connection {
+                    message: format!("reading the response from {url}: {}", error_chain(&e)),
+                })
+            }
+        }
+    }
 }
 
 pub fn decode_json<T: DeserializeOwned>(url: &str, body: &[u8]) -> Result<T, Error> {

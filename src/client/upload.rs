@@ -12,7 +12,7 @@ use reqwest::Method;
 use serde::Serialize;
 
 use super::error::Error;
-use super::transport::{read_body, Call, RequestBody, Transport};
+use super::transport::{read_body_with_stall, Call, RequestBody, Transport};
 use crate::wire::files::mime_for_name;
 use crate::wire::uploads::{
     CompleteResponse, InitiateRequest, InitiateResponse, PartTarget, PartToken, PartUrlsRequest,
@@ -229,7 +229,7 @@ async fn send_part(
             ..Call::new(Method::PUT, url.clone())
         };
         let result = match transport.send_once(&call, attempt).await {
-            Ok(response) => part_token(part.number, response).await,
+            Ok(response) => part_token(part.number, response, transport.config.timeouts.read).await,
             Err(err) => Err(err),
         };
         let err = match result {
@@ -256,14 +256,14 @@ async fn send_part(
 }
 
 /// The storage's answer to a part PUT: its `ETag` is the part's token.
-async fn part_token(number: u32, response: reqwest::Response) -> Result<PartToken, Error> {
+async fn part_token(number: u32, response: reqwest::Response, stall: std::time::Duration) -> Result<PartToken, Error> {
     let url = response.url().to_string();
     let etag = response
         .headers()
         .get(reqwest::header::ETAG)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let _ = read_body(response).await?;
+    let _ = read_body_with_stall(response, stall).await?;
     let token = etag.ok_or_else(|| Error::Decode {
         url,
         message: format!("part {number} was stored but the answer carried no ETag"),
