@@ -6,23 +6,39 @@ Records keep every field the platform sent: known ones are attributes, unknown o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from dataclasses import dataclass, field, fields
+from typing import Any, TypedDict, TypeVar
 
 from ._core import Embeddings, NumericEvent, QueryResult
 
 __all__ = ["QueryResult", "Embeddings", "NumericEvent", "FileRecord", "Model", "QueryParams"]
 
 
-def _known(cls: type, data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    names = set(cls.__dataclass_fields__) - {"extra"}  # type: ignore[attr-defined]
-    known = {k: v for k, v in data.items() if k in names}
-    extra = {k: v for k, v in data.items() if k not in names}
-    return known, extra
+R = TypeVar("R", bound="_Record")
 
 
 @dataclass(frozen=True)
-class FileRecord:
+class _Record:
+    """A record whose known fields are attributes; everything else stays in ``extra``."""
+
+    extra: dict[str, Any] = field(default_factory=dict, kw_only=True)
+
+    @classmethod
+    def from_dict(cls: type[R], data: dict[str, Any]) -> R:
+        names = {f.name for f in fields(cls)} - {"extra"}
+        known = {k: v for k, v in data.items() if k in names}
+        return cls(**known, extra={k: v for k, v in data.items() if k not in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as the platform sent it (unknown fields included, absent ones left out)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        out = {k: v for k, v in out.items() if v is not None}
+        out.update(self.extra)
+        return out
+
+
+@dataclass(frozen=True)
+class FileRecord(_Record):
     """A file of your organization.
 
     ``file_id`` is the file's name and the handle every other call takes (including
@@ -39,22 +55,10 @@ class FileRecord:
     num_bytes: int | None = None
     created_at: Any = None
     is_valid: bool | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> FileRecord:
-        known, extra = _known(cls, data)
-        return cls(**known, extra=extra)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
-        out = {k: v for k, v in out.items() if v is not None}
-        out.update(self.extra)
-        return out
 
 
 @dataclass(frozen=True)
-class Model:
+class Model(_Record):
     """A model the organization may use; pass its ``id`` as ``model=``."""
 
     id: str
@@ -62,18 +66,6 @@ class Model:
     variant: str | None = None
     description: str | None = None
     scope: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Model:
-        known, extra = _known(cls, data)
-        return cls(**known, extra=extra)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
-        out = {k: v for k, v in out.items() if v is not None}
-        out.update(self.extra)
-        return out
 
 
 class QueryParams(TypedDict, total=False):
