@@ -182,3 +182,34 @@ async def test_many_concurrent_mixed_calls(emu, aclient, tmp_path):
         assert f"MARK{i}" in results[3 * i].text
         assert results[3 * i + 1].file_id == f"m{i}.txt"
         assert results[3 * i + 2].vectors.shape == (1, 768)
+
+
+async def test_progress_callback_on_async_download(aclient, tmp_path):
+    content = b"z" * 500_000
+    await aclient.files.upload_base64("z.txt", content)
+    seen: list[tuple[int, int]] = []
+    out = await aclient.files.download("z.txt", tmp_path / "z.txt", on_progress=lambda d, t: seen.append((d, t)))
+    assert out.read_bytes() == content
+    assert seen and seen[-1] == (len(content), len(content))
+
+
+async def test_one_failure_in_gather_does_not_disturb_the_others(aclient):
+    results = await asyncio.gather(
+        aclient.query(REASONER, "ok-1"),
+        aclient.files.metadata("missing.txt"),
+        aclient.query(REASONER, "ok-2"),
+        return_exceptions=True,
+    )
+    assert results[0].status == "completed" and results[2].status == "completed"
+    assert isinstance(results[1], NotFoundError)
+
+
+def test_one_client_across_two_event_loops(emu):
+    client = emu.async_client()
+
+    async def once(marker):
+        return (await client.query(REASONER, "x", events=[events.text(marker)])).text
+
+    assert "LOOP-ONE" in asyncio.run(once("LOOP-ONE"))
+    assert "LOOP-TWO" in asyncio.run(once("LOOP-TWO"))
+    client.close()

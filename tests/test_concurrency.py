@@ -208,3 +208,47 @@ def test_ctrl_c_with_default_handler_exits_the_process(emu, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+CTRL_C_BACKOFF_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    import sensorium
+
+    client = sensorium.Client(max_retries=3)
+    print("START", flush=True)
+    try:
+        client.files.info()
+        print("RETURNED", flush=True)
+    except KeyboardInterrupt:
+        print("KBI", flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_interrupts_a_retry_backoff(emu, tmp_path):
+    """A long Retry-After wait between attempts is interruptible too."""
+    emu.inject("GET", "/files/info", status=503, retry_after=30.0, times=None)
+    script = tmp_path / "child.py"
+    script.write_text(CTRL_C_BACKOFF_CHILD)
+    env = dict(os.environ, SENSORIUM_API_KEY=emu.api_key, SENSORIUM_BASE_URL=emu.base_url)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "START"
+        deadline = time.monotonic() + 10
+        while not calls(emu, "/files/info") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(calls(emu, "/files/info")) == 1  # the first attempt failed; now it waits 30 s
+        time.sleep(0.2)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        line = proc.stdout.readline().strip()
+        assert line == "KBI", proc.stderr.read()
+        assert time.monotonic() - sent < 1.0
+        proc.wait(timeout=10)
+        assert len(calls(emu, "/files/info")) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

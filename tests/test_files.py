@@ -407,3 +407,42 @@ def test_same_organization_keys_share_files(emu, client, tmp_path):
     org = emu.requests[-1].org
     with emu.client(api_key=emu.new_api_key(org=org)) as colleague:
         assert [f.file_id for f in colleague.files.list()] == ["shared.txt"]
+
+
+def test_empty_file_round_trips(client, tmp_path):
+    client.files.upload(make(tmp_path, "empty.txt", b""))
+    assert client.files.metadata("empty.txt").num_bytes == 0
+    out = client.files.download("empty.txt", tmp_path / "back.txt")
+    assert out.read_bytes() == b""
+
+
+def test_progress_callbacks_end_at_the_total(client, tmp_path):
+    content = os.urandom(2 * 1024 * 1024)
+    path = make(tmp_path, "big.png", content)
+    seen_up: list[tuple[int, int]] = []
+    client.files.upload(path, on_progress=lambda done, total: seen_up.append((done, total)))
+    assert seen_up and seen_up[-1] == (len(content), len(content))
+    assert [d for d, _ in seen_up] == sorted(d for d, _ in seen_up)
+    seen_down: list[tuple[int, int]] = []
+    out = client.files.download("big.png", tmp_path / "copy.png", on_progress=lambda d, t: seen_down.append((d, t)))
+    assert out.read_bytes() == content
+    assert seen_down and seen_down[-1] == (len(content), len(content))
+
+
+def test_progress_arguments_are_checked(emu, client, tmp_path, monkeypatch):
+    path = make(tmp_path, "a.txt", "x")
+    with pytest.raises(InvalidArgumentError, match="on_progress"):
+        client.files.upload(path, on_progress="not callable")  # type: ignore[arg-type]
+    monkeypatch.setitem(__import__("sys").modules, "tqdm", None)
+    monkeypatch.setitem(__import__("sys").modules, "tqdm.auto", None)
+    with pytest.raises(InvalidArgumentError, match="tqdm"):
+        client.files.upload(path, progress=True)
+    assert emu.requests == []
+
+
+def test_download_of_a_file_deleted_meanwhile_is_not_found(client, tmp_path):
+    client.files.upload(make(tmp_path, "tmp.txt", "x"))
+    client.files.delete("tmp.txt")
+    with pytest.raises(NotFoundError):
+        client.files.download("tmp.txt", tmp_path / "tmp-copy.txt")
+    assert not (tmp_path / "tmp-copy.txt").exists()
