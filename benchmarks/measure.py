@@ -30,6 +30,7 @@ class Samples:
     rates: list[float] = field(default_factory=list)  # per-round calls/s (throughput)
     switches: int = 0  # context switches of this process (all threads) during the timed blocks
     server_cpu_s: float = 0.0  # CPU the server process used during the timed blocks (not the client's)
+    round_medians_us: list[float] = field(default_factory=list)  # one per timed block (round)
 
     def summary(self) -> dict[str, Any]:
         w = np.asarray(self.wall_ns, dtype=np.float64) / 1e3 if self.wall_ns else np.asarray([np.nan])
@@ -44,6 +45,7 @@ class Samples:
             "server_cpu_us_per_call": 1e6 * self.server_cpu_s / self.calls if self.calls else float("nan"),
             "rate_per_s": float(np.median(self.rates)) if self.rates else None,
             "rates_per_s": self.rates,
+            "round_medians_us": self.round_medians_us,
         }
 
 
@@ -74,6 +76,7 @@ def time_sync(fn: Callable[[], Any], n: int, into: Samples, collect: bool = True
     into.switches += _switches() - sw0
     into.server_cpu_s += _server_cpu() - srv0
     into.calls += n
+    into.round_medians_us.append(float(np.median(wall[-n:])) / 1e3)
 
 
 async def time_async(fn: Callable[[], Awaitable[Any]], n: int, into: Samples, collect: bool = True) -> None:
@@ -90,6 +93,7 @@ async def time_async(fn: Callable[[], Awaitable[Any]], n: int, into: Samples, co
     into.switches += _switches() - sw0
     into.server_cpu_s += _server_cpu() - srv0
     into.calls += n
+    into.round_medians_us.append(float(np.median(wall[-n:])) / 1e3)
 
 
 async def burst_async(
@@ -193,6 +197,22 @@ def _busy_jiffies() -> int | None:
         return sum(values[:8]) - idle
     except (OSError, ValueError, IndexError):
         return None
+
+
+def wait_for_quiet(max_seconds: float, threshold_cores: float = 0.3, window: float = 3.0) -> float:
+    """Waits (up to `max_seconds`) for a `window` during which the machine's other processes use
+    less than `threshold_cores`; returns the load of the last window, in cores."""
+    tick = os.sysconf("SC_CLK_TCK")
+    deadline = time.monotonic() + max_seconds
+    while True:
+        b0, t0 = _busy_jiffies(), time.perf_counter()
+        time.sleep(window)
+        b1, t1 = _busy_jiffies(), time.perf_counter()
+        if b0 is None or b1 is None:
+            return float("nan")
+        load = (b1 - b0) / tick / (t1 - t0)
+        if load < threshold_cores or time.monotonic() >= deadline:
+            return load
 
 
 class NoiseMeter:

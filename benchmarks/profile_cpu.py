@@ -65,6 +65,11 @@ def _pick(case: str, target: peers.Target, loop: asyncio.AbstractEventLoop, wind
         candidates = loop.run_until_complete(peers.async_query_peers(target))
     else:
         candidates = loop.run_until_complete(peers.async_embed_peers(target, window))
+    for p in candidates:  # close the ones this case does not use
+        if p.name != name:
+            closed = p.close()
+            if asyncio.iscoroutine(closed):
+                loop.run_until_complete(closed)
     return how, next(p for p in candidates if p.name == name)
 
 
@@ -94,6 +99,9 @@ def worker(case: str, base_url: str, query_url: str, api_key: str, seconds: floa
     while time.perf_counter() < end:
         one_block(samples)
     print(json.dumps(samples.summary()), flush=True)
+    closed = peer.close()
+    if asyncio.iscoroutine(closed):
+        loop.run_until_complete(closed)
 
 
 # ---------------------------------------------------------------------------------------------
