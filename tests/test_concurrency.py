@@ -98,6 +98,8 @@ def test_client_in_forked_child(emu, client):
                 text = child.query(REASONER, "child", events=[events.text("FORKED-CHILD")]).text
                 vectors = child.embed(ENCODER, np.ones((2, 32))).vectors
                 ok = "FORKED-CHILD" in text and vectors.shape == (2, 768)
+            # The client made before the fork works in the child too (new runtime, new pool).
+            ok = ok and client.query(REASONER, "inherited").status == "completed"
             os.write(write_fd, b"ok" if ok else b"bad")
             code = 0 if ok else 1
         except BaseException as e:  # noqa: BLE001 - report anything to the parent

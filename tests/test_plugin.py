@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import sensorium
 from _helpers import REASONER, calls
 
@@ -89,3 +91,34 @@ def test_missing(sensorium_client):
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*NotFoundError*file_not_found*"])
+
+
+def test_command_line_emulator(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sensorium.emulator", "--api-key", "sk-cli-test-key", "--query-delay", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        settings = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(2))
+        assert settings["SENSORIUM_API_KEY"] == "sk-cli-test-key"
+        assert settings["SENSORIUM_BASE_URL"].startswith("http://127.0.0.1:")
+        with sensorium.Client(settings["SENSORIUM_API_KEY"], settings["SENSORIUM_BASE_URL"]) as client:
+            assert client.query(REASONER, "hi").status == "completed"
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - start < 5
+        with sensorium.Client(settings["SENSORIUM_API_KEY"], settings["SENSORIUM_BASE_URL"], max_retries=0) as client:
+            with pytest.raises(sensorium.errors.APIConnectionError):
+                client.files.info()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
