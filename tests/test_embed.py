@@ -87,6 +87,22 @@ def test_pandas_series_is_one_channel(client):
     np.testing.assert_array_equal(client.embed(ENCODER, series).vectors, client.embed(ENCODER, WINDOW[1:2]).vectors)
 
 
+def test_dataframe_with_nullable_dtypes(emu, client):
+    """``convert_dtypes()`` and ``read_csv(dtype_backend="numpy_nullable")`` give Int64/Float64
+    columns; they are numbers like any other."""
+    df = pd.DataFrame(WINDOW.T, columns=["ax", "ay", "az"]).round(3)
+    reference = client.embed(ENCODER, df.to_numpy(dtype=np.float64).T).vectors
+    nullable = df.astype({"ax": "Float64", "ay": "Float64", "az": "Float64"})
+    np.testing.assert_array_equal(client.embed(ENCODER, nullable).vectors, reference)
+    mixed = pd.DataFrame({"i": pd.array(INTS[0], dtype="Int64"), "f": pd.array(INTS[1] / 2, dtype="Float64")})
+    result = client.embed(ENCODER, mixed)
+    assert result.vectors.shape == (2, 768)
+    sent = body_json(calls(emu, "/query")[-1])["events"][0]["event_data"]["contents"]
+    assert sent == [INTS[0].tolist(), (INTS[1] / 2).tolist()]
+    series = pd.Series(pd.array(INTS[0], dtype="Int64"))
+    np.testing.assert_array_equal(client.embed(ENCODER, series).vectors, client.embed(ENCODER, INTS[0]).vectors)
+
+
 INTS = RNG.integers(0, 100, size=(2, 300))
 
 
@@ -186,6 +202,9 @@ BAD_DATA = {
     "list-of-2d": [np.ones((2, 2)), np.ones((2, 2))],
     "dataframe-with-text": pd.DataFrame({"a": [1.0, 2.0], "label": ["x", "y"]}),
     "dataframe-with-bool": pd.DataFrame({"a": [1.0, 2.0], "flag": [True, False]}),
+    "dataframe-nullable-with-NA": pd.DataFrame({"a": pd.array([1.0, None, 2.0], dtype="Float64")}),
+    "dataframe-int64-with-NA": pd.DataFrame({"a": pd.array([1, None, 2], dtype="Int64"), "b": [1.0, 2.0, 3.0]}),
+    "series-of-text": pd.Series(["1", "2"]),
     "none": None,
     "string": "1,2,3",
 }

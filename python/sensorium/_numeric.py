@@ -9,6 +9,21 @@ import numpy as np
 from .errors import InvalidArgumentError
 
 
+def _pandas_numpy(data: Any) -> np.ndarray:
+    """A DataFrame's or Series' values as a numeric ndarray. Plain ``to_numpy()`` gives an object
+    array for pandas' nullable dtypes (Int64, Float64...) as soon as they are mixed or hold NA;
+    here they become the common numpy dtype, and missing values become NaN (then reported as such)."""
+    dtypes = list(data.dtypes) if hasattr(data, "columns") else [data.dtype]
+    if not dtypes:
+        return np.asarray(data.to_numpy(), dtype=np.float64)
+    common = np.result_type(*(getattr(dt, "numpy_dtype", dt) for dt in dtypes))
+    if common.kind != "f" and bool(np.asarray(data.isna()).any()):
+        common = np.result_type(common, np.float64)
+    if common.kind == "f":
+        return np.asarray(data.to_numpy(dtype=common, na_value=np.nan))
+    return np.asarray(data.to_numpy(dtype=common))
+
+
 def as_channels(data: Any, argument: str = "data") -> Any:
     """Returns an ndarray the native core can serialise.
 
@@ -29,9 +44,13 @@ def as_channels(data: Any, argument: str = "data") -> Any:
                 "columns (the DataFrame is read as (time, channels))",
                 argument=argument,
             )
-        return data.to_numpy().T
+        return _pandas_numpy(data).T
     if module.startswith("pandas") and kind == "Series":
-        return data.to_numpy()
+        if data.dtype.kind not in "iuf":
+            raise InvalidArgumentError(
+                f"{argument}: the Series has dtype {data.dtype}, which is not numeric", argument=argument
+            )
+        return _pandas_numpy(data)
     if isinstance(data, (list, tuple)):
         if len(data) == 0:
             raise InvalidArgumentError(f"{argument}: is empty; give at least one channel", argument=argument)
