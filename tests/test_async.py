@@ -31,13 +31,6 @@ async def test_query(aclient):
     assert result.status == "completed" and "PUFFIN-8" in result.text
 
 
-async def test_query_returns_a_real_awaitable(aclient):
-    pending = aclient.query(REASONER, "hello")
-    assert asyncio.iscoroutine(pending) or hasattr(pending, "__await__")
-    task = asyncio.ensure_future(pending)
-    assert isinstance(await task, QueryResult)
-
-
 @pytest.mark.timeout(30)
 async def test_gather_runs_queries_concurrently(emu, aclient):
     emu.set_query_delay(0.5)

@@ -254,3 +254,74 @@ def test_ctrl_c_interrupts_a_retry_backoff(emu, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+CTRL_C_DOWNLOAD_CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    import sensorium
+
+    folder = sys.argv[1]
+    client = sensorium.Client(max_retries=0, read_timeout=60)
+    print("START", flush=True)
+    try:
+        client.files.download("big.png", os.path.join(folder, "big.png"))
+        print("RETURNED", flush=True)
+    except KeyboardInterrupt:
+        deadline = time.monotonic() + 2
+        while os.listdir(folder) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print("KBI", sorted(os.listdir(folder)), flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_during_a_download_leaves_no_partial_file(emu, client, tmp_path):
+    client.files.upload_base64("big.png", os.urandom(400_000))
+    emu.inject("GET", "/files/download/big.png", action="stall", times=1)
+    folder = tmp_path / "downloads"
+    folder.mkdir()
+    script = tmp_path / "child.py"
+    script.write_text(CTRL_C_DOWNLOAD_CHILD)
+    env = dict(os.environ, SENSORIUM_API_KEY=emu.api_key, SENSORIUM_BASE_URL=emu.base_url)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert proc.stdout.readline().strip() == "START"
+        deadline = time.monotonic() + 10
+        while not calls(emu, "/files/download/big.png") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # half the body is on disk in the partial file by now
+        proc.send_signal(signal.SIGINT)
+        line = proc.stdout.readline().strip()
+        assert line == "KBI []", (line, proc.stderr.read() if proc.poll() is not None else "")
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.timeout(60)
+def test_debug_logging_with_threads_and_asyncio(emu, client, caplog):
+    """The log bridge needs the GIL on I/O threads: busy threads and an event loop must not
+    deadlock with it."""
+    import asyncio
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="sensorium")
+    emu.set_query_delay(0.05)
+
+    async def gather_queries():
+        async with emu.async_client() as aclient:
+            return await asyncio.gather(*(aclient.query(REASONER, f"a{i}") for i in range(8)))
+
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        async_results = pool.submit(asyncio.run, gather_queries())
+        sync_results = list(pool.map(lambda i: client.query(REASONER, f"s{i}").status, range(16)))
+        assert all(r.status == "completed" for r in async_results.result(timeout=30))
+    assert sync_results == ["completed"] * 16
+    assert sum("attempt 1" in r.getMessage() for r in caplog.records) >= 24
