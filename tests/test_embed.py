@@ -238,3 +238,12 @@ def test_input_array_is_not_modified(client):
     before = data.copy()
     client.embed(ENCODER, data, normalize_input=True)
     np.testing.assert_array_equal(data, before)
+
+
+def test_embed_with_a_reasoning_model_is_an_error_not_garbage(emu, client):
+    from _helpers import REASONER
+    from sensorium.errors import APIResponseValidationError
+
+    with pytest.raises(APIResponseValidationError):
+        client.embed(REASONER, WINDOW)
+    assert len(calls(emu, "/query")) == 1  # a wrong answer is not retried

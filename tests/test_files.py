@@ -271,6 +271,16 @@ def test_download_to_a_relative_path(client, tmp_path, monkeypatch):
     assert sorted(p.name for p in work.iterdir()) == ["copy.txt"]
 
 
+def test_download_into_a_missing_folder_given_with_a_slash(emu, client, tmp_path):
+    client.files.upload(make(tmp_path, "a.txt", "x"))
+    missing = str(tmp_path / "not-yet") + os.sep
+    with pytest.raises(InvalidArgumentError, match="does not exist"):
+        client.files.download("a.txt", missing)
+    assert not (tmp_path / "not-yet").exists()
+    (tmp_path / "not-yet").mkdir()
+    assert client.files.download("a.txt", missing) == tmp_path / "not-yet" / "a.txt"
+
+
 def test_download_replaces_an_existing_file(client, tmp_path):
     client.files.upload(make(tmp_path, "new.txt", "fresh"))
     out = make(tmp_path, "target.txt", "stale content that is longer")

@@ -46,8 +46,12 @@ def _file_types(file_type: str | Sequence[str] | None) -> list[str]:
 
 
 def _target(file_id: str, path: StrPath) -> Path:
-    target = Path(path)
-    return target / file_id if target.is_dir() else target
+    # A path ending in a separator names a folder even before it exists (then the download
+    # reports the missing folder instead of writing a file named like the folder).
+    text = os.fspath(path)
+    target = Path(text)
+    names_folder = text.endswith(os.sep) or (os.altsep is not None and text.endswith(os.altsep))
+    return target / file_id if names_folder or target.is_dir() else target
 
 
 def _page(raw: dict[str, Any]) -> Page[FileRecord]:
