@@ -206,3 +206,27 @@ def test_one_client_across_two_event_loops(emu):
     assert "LOOP-ONE" in asyncio.run(once("LOOP-ONE"))
     assert "LOOP-TWO" in asyncio.run(once("LOOP-TWO"))
     client.close()
+
+
+@pytest.mark.timeout(30)
+async def test_cancelling_a_download_cancels_the_transfer(emu, aclient, tmp_path):
+    """Cancelling the awaitable cancels the Rust future: the stalled transfer stops and its
+    temporary file goes, long before the 60 s read timeout would end it."""
+    await aclient.files.upload_base64("big.png", b"\x89PNG" + bytes(400_000))
+    emu.inject("GET", "/files/download/big.png", action="stall", times=1)
+    folder = tmp_path / "dl"
+    folder.mkdir()
+    task = asyncio.create_task(aclient.files.download("big.png", folder))
+    deadline = time.monotonic() + 10
+    while not list(folder.iterdir()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert list(folder.iterdir()), "the partial file should exist while the transfer is stalled"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    deadline = time.monotonic() + 3
+    while list(folder.iterdir()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert list(folder.iterdir()) == []
+    out = await aclient.files.download("big.png", folder)
+    assert out.stat().st_size == 400_004
