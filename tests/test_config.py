@@ -219,3 +219,18 @@ def test_async_client_from_environment(emu, no_env, monkeypatch):
             return await client.query(REASONER, "hello")
 
     assert asyncio.run(main()).status == "completed"
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        ("https://api.example.com/gateway", "https://api.example.com/gateway/v0.5"),
+        ("https://api.example.com/gateway/v0.5/", "https://api.example.com/gateway/v0.5"),
+        ("https://api.example.com/v0.6", "https://api.example.com/v0.5"),
+        ("https://api.example.com/?x=1#frag", "https://api.example.com/v0.5"),
+    ],
+)
+def test_base_url_keeps_a_path_prefix(given, expected):
+    # Building a client sends nothing, so these hosts are never contacted.
+    with sensorium.Client("sk-some-key", given) as client:
+        assert client.base_url == expected
