@@ -89,7 +89,7 @@ def build_profile() -> str:
 
 
 def environment(server: servers.Server) -> dict[str, Any]:
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PEER_PACKAGES:
         try:
             versions[name] = importlib.metadata.version(name)
@@ -145,9 +145,9 @@ def sequential(loop: asyncio.AbstractEventLoop, target: peers.Target, s: Setting
     for p in sync:
         check_same(p.name, p.call(), want)
         measure.time_sync(p.call, s.seq_warmup, Samples())
-    for p in asyn:
-        check_same(p.name, loop.run_until_complete(p.call()), want)
-        loop.run_until_complete(measure.time_async(p.call, s.seq_warmup, Samples()))
+    for ap in asyn:
+        check_same(ap.name, loop.run_until_complete(ap.call()), want)
+        loop.run_until_complete(measure.time_async(ap.call, s.seq_warmup, Samples()))
     results = {p.name: Samples() for p in sync + asyn}
     per_round = s.seq_calls // s.seq_rounds
     everyone: list = [("sync", p) for p in sync] + [("async", p) for p in asyn]
@@ -159,8 +159,8 @@ def sequential(loop: asyncio.AbstractEventLoop, target: peers.Target, s: Setting
                 loop.run_until_complete(measure.time_async(p.call, per_round, results[p.name]))
     for p in sync:
         p.close()
-    for p in asyn:
-        loop.run_until_complete(p.close())
+    for ap in asyn:
+        loop.run_until_complete(ap.close())
     return {"sync": [p.name for p in sync], "async": [p.name for p in asyn],
             "results": {k: v.summary() for k, v in results.items()}}
 
@@ -169,8 +169,8 @@ def throughput(loop: asyncio.AbstractEventLoop, target: peers.Target, s: Setting
     sync = peers.sync_query_peers(target)
     asyn = loop.run_until_complete(peers.async_query_peers(target))
     # Warm-up opens the connections the timed rounds will reuse.
-    for p in asyn:
-        loop.run_until_complete(measure.burst_async(p.call, 2 * s.inflight, s.inflight, None))
+    for ap in asyn:
+        loop.run_until_complete(measure.burst_async(ap.call, 2 * s.inflight, s.inflight, None))
     for p in sync:
         measure.burst_threads(p.call, 2 * s.inflight, s.inflight, None)
     results = {p.name: Samples() for p in asyn + sync}
@@ -184,8 +184,8 @@ def throughput(loop: asyncio.AbstractEventLoop, target: peers.Target, s: Setting
                 measure.burst_threads(p.call, s.tp_calls, s.inflight, results[p.name], max_seconds=s.tp_max_seconds)
     for p in sync:
         p.close()
-    for p in asyn:
-        loop.run_until_complete(p.close())
+    for ap in asyn:
+        loop.run_until_complete(ap.close())
     return {"async": [p.name for p in asyn], "threads": [p.name for p in sync], "inflight": s.inflight,
             "results": {k: v.summary() for k, v in results.items()}}
 
@@ -200,9 +200,9 @@ def embeddings_e2e(loop: asyncio.AbstractEventLoop, target: peers.Target, window
     for p in sync:
         check_same(p.name, p.call(), want)
         measure.time_sync(p.call, s.embed_warmup, Samples())
-    for p in asyn:
-        check_same(p.name, loop.run_until_complete(p.call()), want)
-        loop.run_until_complete(measure.time_async(p.call, s.embed_warmup, Samples()))
+    for ap in asyn:
+        check_same(ap.name, loop.run_until_complete(ap.call()), want)
+        loop.run_until_complete(measure.time_async(ap.call, s.embed_warmup, Samples()))
     results = {p.name: Samples() for p in sync + asyn}
     per_round = s.embed_calls // s.embed_rounds
     everyone: list = [("sync", p) for p in sync] + [("async", p) for p in asyn]
@@ -214,8 +214,8 @@ def embeddings_e2e(loop: asyncio.AbstractEventLoop, target: peers.Target, window
                 loop.run_until_complete(measure.time_async(p.call, per_round, results[p.name]))
     for p in sync:
         p.close()
-    for p in asyn:
-        loop.run_until_complete(p.close())
+    for ap in asyn:
+        loop.run_until_complete(ap.close())
     return {"sync": [p.name for p in sync], "async": [p.name for p in asyn], "window": list(window.shape),
             "window_dtype": str(window.dtype), "results": {k: v.summary() for k, v in results.items()}}
 
@@ -259,10 +259,8 @@ def request_body(s: Settings) -> dict[str, Any]:
     from sensorium import events
 
     window = np.random.default_rng(5).standard_normal((8, 2048))  # float64, C order
-    event = {"type": peers.NUMERIC, "event_data": {"contents": None}}
-
     def with_contents(contents: Any) -> dict:
-        return {"type": event["type"], "event_data": {"contents": contents}}
+        return {"type": peers.NUMERIC, "event_data": {"contents": contents}}
 
     variants = {
         "sensorium events.numeric": lambda: events.numeric(window),

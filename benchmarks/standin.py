@@ -33,7 +33,7 @@ def _reasoner_answer(query: str) -> str:
     return f"Deterministic stand-in answer to {query!r}: the line ran normally; no anomaly was found."
 
 
-def _embeddings(channels: int) -> list:
+def _embeddings(channels: int) -> np.ndarray:
     rng = np.random.default_rng(channels)
     return rng.standard_normal((channels, EMBEDDING_DIM)).astype(np.float32)
 
