@@ -242,8 +242,10 @@ def test_input_array_is_not_modified(client):
 
 def test_embed_with_a_reasoning_model_is_an_error_not_garbage(emu, client):
     from _helpers import REASONER
-    from sensorium.errors import APIResponseValidationError
+    from sensorium.errors import InvalidArgumentError
 
-    with pytest.raises(APIResponseValidationError):
+    with pytest.raises(InvalidArgumentError) as info:
         client.embed(REASONER, WINDOW)
+    assert info.value.argument == "model"
+    assert "encoder" in str(info.value)
     assert len(calls(emu, "/query")) == 1  # a wrong answer is not retried

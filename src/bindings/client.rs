@@ -201,24 +201,36 @@ impl CoreClient {
         content_type: Option<String>,
         method: &str,
         resume: bool,
-        concurrency: Option<usize>,
-        direct_threshold: Option<u64>,
+        concurrency: Option<i64>,
+        direct_threshold: Option<i64>,
         progress: &Bound<'py, Progress>,
         tick: Option<Bound<'py, PyAny>>,
         asynchronous: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let opts = UploadMethod::parse(method)
-            .map(|method| UploadOptions {
-                method,
+        let build = || -> Result<UploadOptions, Error> {
+            Ok(UploadOptions {
+                method: UploadMethod::parse(method)?,
                 content_type: content_type.clone(),
-                direct_threshold: direct_threshold.unwrap_or(files::DEFAULT_DIRECT_THRESHOLD),
+                direct_threshold: match direct_threshold {
+                    None => files::DEFAULT_DIRECT_THRESHOLD,
+                    Some(n) => u64::try_from(n).map_err(|_| {
+                        Error::invalid_argument("direct_threshold", format!("is {n}; it takes a size in bytes (0 or more)"))
+                    })?,
+                },
                 direct: DirectUploadOptions {
                     resume,
-                    concurrency: concurrency.unwrap_or(upload::DEFAULT_CONCURRENCY),
+                    concurrency: match concurrency {
+                        None => upload::DEFAULT_CONCURRENCY,
+                        Some(n) if (1..=256).contains(&n) => n as usize,
+                        Some(n) => {
+                            return Err(Error::invalid_argument("concurrency", format!("is {n}; it takes 1 to 256 parts in flight")))
+                        }
+                    },
                     content_type,
                 },
             })
-            .map_err(|e| to_pyerr(py, e))?;
+        };
+        let opts = build().map_err(|e| to_pyerr(py, e))?;
         let transport = self.transport();
         let progress = progress.get().inner.clone();
         runtime::run_ticking(py, asynchronous, tick.as_ref(), async move {

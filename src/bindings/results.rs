@@ -77,6 +77,19 @@ impl QueryResult {
         loads(py, &self.raw)
     }
 
+    /// Rebuilds a result from a response body (how results pickle).
+    #[staticmethod]
+    fn from_json(py: Python<'_>, body: Vec<u8>) -> PyResult<Self> {
+        let raw = Bytes::from(body);
+        let parsed = crate::client::transport::decode_json("", &raw).map_err(|e| super::errors::to_pyerr(py, e))?;
+        Ok(QueryResult::new(parsed, raw))
+    }
+
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>,))> {
+        let rebuild = py.get_type::<QueryResult>().getattr("from_json")?;
+        Ok((rebuild, (PyBytes::new(py, &self.raw),)))
+    }
+
     fn __repr__(&self) -> String {
         let text = self.text();
         let shown: String = text.chars().take(60).collect();
@@ -156,6 +169,19 @@ impl Embeddings {
     /// The whole response as the service sent it.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         loads(py, &self.raw)
+    }
+
+    /// Rebuilds embeddings from a response body (how they pickle).
+    #[staticmethod]
+    fn from_json<'py>(py: Python<'py>, body: Vec<u8>) -> PyResult<Bound<'py, Embeddings>> {
+        let raw = Bytes::from(body);
+        let data = crate::client::query::parse_embeddings(&raw).map_err(|e| super::errors::to_pyerr(py, e))?;
+        EmbeddingsData { matrix: data.0, warnings: data.1, query_id: data.2, raw }.into_pyobject(py)
+    }
+
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>,))> {
+        let rebuild = py.get_type::<Embeddings>().getattr("from_json")?;
+        Ok((rebuild, (PyBytes::new(py, &self.raw),)))
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {

@@ -106,16 +106,13 @@ impl ClientConfig {
 pub fn root_url(base_url: &str) -> Result<Url, Error> {
     let trimmed = base_url.trim();
     let mut url = Url::parse(trimmed).map_err(|e| {
-        Error::invalid_argument("base_url", format!("{trimmed:?} is not a valid URL ({e})"))
+        Error::Config(format!("base_url: {trimmed:?} is not a valid URL ({e})"))
     })?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(Error::invalid_argument(
-            "base_url",
-            format!("{trimmed:?} must start with http:// or https://"),
-        ));
+        return Err(Error::Config(format!("base_url: {trimmed:?} must start with http:// or https://")));
     }
     if url.host_str().is_none() {
-        return Err(Error::invalid_argument("base_url", format!("{trimmed:?} has no host")));
+        return Err(Error::Config(format!("base_url: {trimmed:?} has no host")));
     }
     url.set_query(None);
     url.set_fragment(None);

@@ -332,26 +332,52 @@ pub async fn run_embeddings(
     body: Bytes,
 ) -> Result<(EmbeddingMatrix, Vec<String>, Option<String>, Bytes), Error> {
     let call = Call::post_json(transport.config.url("/query"), body);
-    let (parsed, raw) = transport
+    transport
         .execute(&call, |response| async move {
-            let url = response.url().to_string();
             let raw = read_body(response).await?;
-            // A failed query has no embeddings; read its status first.
-            let head: StatusOnly = decode_json(&url, &raw)?;
-            if head.status.as_deref() == Some("failed") {
-                return Err(Error::QueryFailed {
-                    query_id: head.query_id.unwrap_or_default(),
-                    error_msg: head.error_msg.unwrap_or_else(|| "(no error_msg given)".into()),
-                    response: serde_json::from_slice(&raw).unwrap_or(Value::Null),
-                });
-            }
-            let parsed: EncoderResponse = decode_json(&url, &raw)?;
-            Ok((parsed, raw))
+            let (matrix, warnings, query_id) = parse_embeddings(&raw)?;
+            Ok((matrix, warnings, query_id, raw))
         })
-        .await?;
+        .await
+}
+
+/// Reads an encoder response body: the matrix, the warnings and the query id.
+pub fn parse_embeddings(raw: &[u8]) -> Result<(EmbeddingMatrix, Vec<String>, Option<String>), Error> {
+    // A failed query has no embeddings; read its status first.
+    let head: StatusOnly = decode_json("/query", raw)?;
+    if head.status.as_deref() == Some("failed") {
+        return Err(Error::QueryFailed {
+            query_id: head.query_id.unwrap_or_default(),
+            error_msg: head.error_msg.unwrap_or_else(|| "(no error_msg given)".into()),
+            response: serde_json::from_slice(raw).unwrap_or(Value::Null),
+        });
+    }
+    let parsed: EncoderResponse = match decode_json("/query", raw) {
+        Ok(parsed) => parsed,
+        Err(err) => return Err(explain_non_embedding(raw).unwrap_or(err)),
+    };
     let mut warnings = parsed.response.warning_messages;
     warnings.extend(parsed.error_messages.into_iter().flatten());
-    Ok((parsed.response.response, warnings, parsed.query_id, raw))
+    Ok((parsed.response.response, warnings, parsed.query_id))
+}
+
+/// A model that answers with text (a reasoning model) gives no embeddings; say so instead of
+/// reporting a parse error.
+fn explain_non_embedding(raw: &[u8]) -> Option<Error> {
+    let body: QueryResponse = serde_json::from_slice(raw).ok()?;
+    let texts = output_texts(&body);
+    let is_text = body
+        .response
+        .get("response")
+        .and_then(Value::as_array)
+        .is_some_and(|items| items.iter().any(Value::is_string));
+    (is_text && !texts.is_empty()).then(|| {
+        Error::invalid_argument(
+            "model",
+            "answered with text, not embeddings: embed() needs an encoder model (e.g. \
+             'Encoder::encoder_embeddings_01'); use query() for reasoning models",
+        )
+    })
 }
 
 #[derive(Deserialize)]
