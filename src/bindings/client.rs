@@ -10,7 +10,6 @@ use parking_lot::Mutex;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::convert::{py_to_value, type_name, Json};
@@ -171,14 +170,12 @@ impl CoreClient {
         asynchronous: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let build = || -> Result<Bytes, Error> {
-            let event = NumericEvent::from_channels(super::numeric::channels_json(data, "data")?);
-            let raw = RawValue::from_string(String::from_utf8_lossy(&event.json).into_owned())
-                .map_err(|e| Error::invalid_argument("data", e.to_string()))?;
+            let event = Bytes::from(super::numeric::channels_json(data, "data")?.json);
             let mut map = fields_map(fields)?;
             if normalize_input {
                 map.insert("normalize_input".into(), Value::Bool(true));
             }
-            query::build_request(&model, "", map, Some(vec![raw]))
+            query::build_request(&model, "", map, Some(vec![event]))
         };
         let body = build().map_err(|e| to_pyerr(py, e))?;
         let transport = self.transport();
@@ -375,7 +372,7 @@ fn query_body(model: &str, query: &str, fields: &Bound<'_, PyDict>) -> Result<By
     query::build_request(model, query, map, events)
 }
 
-fn events_json(obj: &Bound<'_, PyAny>) -> Result<Vec<Box<RawValue>>, Error> {
+fn events_json(obj: &Bound<'_, PyAny>) -> Result<Vec<Bytes>, Error> {
     let list = obj
         .cast::<PyList>()
         .map(|l| l.clone().into_any())
@@ -386,8 +383,7 @@ fn events_json(obj: &Bound<'_, PyAny>) -> Result<Vec<Box<RawValue>>, Error> {
     for (i, item) in iter.enumerate() {
         let item = item.map_err(|e| Error::invalid_argument("events", e.to_string()))?;
         if let Ok(numeric) = item.cast::<NumericEvent>() {
-            let text = String::from_utf8_lossy(&numeric.get().json).into_owned();
-            out.push(RawValue::from_string(text).map_err(|e| Error::invalid_argument("events", e.to_string()))?);
+            out.push(numeric.get().json.clone()); // written by us; spliced as is
             continue;
         }
         if isinstance_str(&item) {

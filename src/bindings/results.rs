@@ -223,11 +223,7 @@ impl NumericEvent {
 
 impl NumericEvent {
     pub fn from_channels(payload: super::numeric::ChannelsJson) -> Self {
-        let mut json = Vec::with_capacity(payload.json.len() + 64);
-        json.extend_from_slice(br#"{"type":"data.numeric_array","event_data":{"contents":"#);
-        json.extend_from_slice(&payload.json);
-        json.extend_from_slice(b"}}");
-        NumericEvent { json: Bytes::from(json), channels: payload.channels, window: payload.window }
+        NumericEvent { json: Bytes::from(payload.json), channels: payload.channels, window: payload.window }
     }
 }
 

@@ -4,7 +4,6 @@
 use bytes::Bytes;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::error::Error;
@@ -16,12 +15,13 @@ use crate::wire::query::{field_kind, FieldKind, QueryRequest, QueryResponse, EVE
 pub const EMBEDDING_DIM: usize = 768;
 
 /// Checks every optional field against the spec's table and builds the JSON body.
-/// `events` are already-serialised event objects (see `check_event`).
+/// `events` are already-serialised event objects (`check_event`, or a numeric event written in
+/// the bindings), spliced in as they are: a (8, 2048) window is not parsed back.
 pub fn build_request(
     model: &str,
     query: &str,
     fields: Map<String, Value>,
-    events: Option<Vec<Box<RawValue>>>,
+    events: Option<Vec<Bytes>>,
 ) -> Result<Bytes, Error> {
     if model.trim().is_empty() {
         return Err(Error::invalid_argument(
@@ -39,10 +39,27 @@ pub fn build_request(
             check_file_ids(value)?;
         }
     }
-    let request = QueryRequest { model: model.to_string(), query: query.to_string(), fields, events };
-    serde_json::to_vec(&request)
-        .map(Bytes::from)
-        .map_err(|e| Error::invalid_argument("query", format!("cannot be serialised: {e}")))
+    if fields.contains_key("events") {
+        return Err(Error::invalid_argument("events", "is passed separately from the other fields"));
+    }
+    let request = QueryRequest { model: model.to_string(), query: query.to_string(), fields };
+    let mut body = serde_json::to_vec(&request)
+        .map_err(|e| Error::invalid_argument("query", format!("cannot be serialised: {e}")))?;
+    if let Some(events) = events {
+        // `body` is a JSON object ending in `}`: reopen it and append the events array.
+        let size: usize = events.iter().map(|e| e.len() + 1).sum();
+        body.reserve(size + 12);
+        body.pop();
+        body.extend_from_slice(br#","events":["#);
+        for (i, event) in events.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(event);
+        }
+        body.extend_from_slice(b"]}");
+    }
+    Ok(Bytes::from(body))
 }
 
 fn check_kind(name: &str, kind: FieldKind, value: &Value) -> Result<(), Error> {
@@ -112,7 +129,7 @@ fn check_file_ids(value: &Value) -> Result<(), Error> {
 }
 
 /// Checks one event given as a plain dict and serialises it.
-pub fn check_event(index: usize, event: &Value) -> Result<Box<RawValue>, Error> {
+pub fn check_event(index: usize, event: &Value) -> Result<Bytes, Error> {
     let arg = format!("events[{index}]");
     let obj = event
         .as_object()
@@ -146,7 +163,8 @@ pub fn check_event(index: usize, event: &Value) -> Result<Box<RawValue>, Error> 
             None => return Err(Error::invalid_argument(&arg, "is a data.json event without 'contents'")),
         }
     }
-    serde_json::value::to_raw_value(event)
+    serde_json::to_vec(event)
+        .map(Bytes::from)
         .map_err(|e| Error::invalid_argument(&arg, format!("cannot be serialised: {e}")))
 }
 
@@ -220,7 +238,8 @@ pub struct EmbeddingMatrix {
     pub data: Vec<f32>,
 }
 
-/// The parts of an encoder response the embedding path needs.
+/// The parts of an encoder response the embedding path needs. `response` is optional so a
+/// failed query (whose payload is null or absent) is read in the same single pass.
 #[derive(Debug, Deserialize)]
 pub struct EncoderResponse {
     #[serde(default)]
@@ -231,7 +250,8 @@ pub struct EncoderResponse {
     pub error_msg: Option<String>,
     #[serde(default)]
     pub error_messages: Option<Vec<String>>,
-    pub response: EncoderPayload,
+    #[serde(default)]
+    pub response: Option<EncoderPayload>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -343,22 +363,35 @@ pub async fn run_embeddings(
 
 /// Reads an encoder response body: the matrix, the warnings and the query id.
 pub fn parse_embeddings(raw: &[u8]) -> Result<(EmbeddingMatrix, Vec<String>, Option<String>), Error> {
-    // A failed query has no embeddings; read its status first.
-    let head: StatusOnly = decode_json("/query", raw)?;
-    if head.status.as_deref() == Some("failed") {
+    let parsed: EncoderResponse = match decode_json("/query", raw) {
+        Ok(parsed) => parsed,
+        // A failed query may carry anything as its payload; its status decides.
+        Err(err) => return Err(failed_query(raw).or_else(|| explain_non_embedding(raw)).unwrap_or(err)),
+    };
+    if parsed.status.as_deref() == Some("failed") {
         return Err(Error::QueryFailed {
-            query_id: head.query_id.unwrap_or_default(),
-            error_msg: head.error_msg.unwrap_or_else(|| "(no error_msg given)".into()),
+            query_id: parsed.query_id.unwrap_or_default(),
+            error_msg: parsed.error_msg.unwrap_or_else(|| "(no error_msg given)".into()),
             response: serde_json::from_slice(raw).unwrap_or(Value::Null),
         });
     }
-    let parsed: EncoderResponse = match decode_json("/query", raw) {
-        Ok(parsed) => parsed,
-        Err(err) => return Err(explain_non_embedding(raw).unwrap_or(err)),
-    };
-    let mut warnings = parsed.response.warning_messages;
+    let payload = parsed.response.ok_or_else(|| Error::Decode {
+        url: "/query".into(),
+        message: "the answer has no response.response embeddings".into(),
+        body: String::from_utf8_lossy(&raw[..raw.len().min(2000)]).into_owned(),
+    })?;
+    let mut warnings = payload.warning_messages;
     warnings.extend(parsed.error_messages.into_iter().flatten());
-    Ok((parsed.response.response, warnings, parsed.query_id))
+    Ok((payload.response, warnings, parsed.query_id))
+}
+
+fn failed_query(raw: &[u8]) -> Option<Error> {
+    let head: StatusOnly = serde_json::from_slice(raw).ok()?;
+    (head.status.as_deref() == Some("failed")).then(|| Error::QueryFailed {
+        query_id: head.query_id.unwrap_or_default(),
+        error_msg: head.error_msg.unwrap_or_else(|| "(no error_msg given)".into()),
+        response: serde_json::from_slice(raw).unwrap_or(Value::Null),
+    })
 }
 
 /// A model that answers with text (a reasoning model) gives no embeddings; say so instead of

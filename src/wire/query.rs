@@ -1,7 +1,6 @@
 //! `POST /query`: the request fields of the spec's table and the response record.
 
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// The JSON type a request field takes, used to check keyword arguments before sending.
@@ -54,16 +53,15 @@ pub const EVENT_TYPES: &[&str] = &[
     "data.numeric_array",
 ];
 
-/// The request as sent. `fields` holds only what the caller gave (the spec's defaults are the
-/// server's business); events are pre-serialised so numeric arrays are written once.
+/// The request as sent, less its events. `fields` holds only what the caller gave (the spec's
+/// defaults are the server's business). Events are pre-serialised JSON appended after this
+/// (see `client::query::build_request`) so numeric arrays are written exactly once.
 #[derive(Debug, Serialize)]
 pub struct QueryRequest {
     pub model: String,
     pub query: String,
     #[serde(flatten)]
     pub fields: Map<String, Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub events: Option<Vec<Box<RawValue>>>,
 }
 
 /// The 200 response. Everything not named here stays in `extra`.
