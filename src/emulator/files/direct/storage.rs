@@ -181,3 +181,38 @@ async fn write_part(w: &PartWrite, body: Body) -> Result<String, Response> {
     }
     Ok(hasher.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(chunks: &[&'static [u8]]) -> Body {
+        let chunks: Vec<Result<bytes::Bytes, std::io::Error>> =
+            chunks.iter().map(|c| Ok(bytes::Bytes::from_static(c))).collect();
+        Body::from_stream(futures_util::stream::iter(chunks))
+    }
+
+    #[tokio::test]
+    async fn parts_land_at_their_offsets_and_never_spill() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("u.data");
+        std::fs::write(&path, b"............").unwrap();
+        let part = |offset, len| PartWrite { path: path.clone(), offset, len, generation: 1 };
+        let etag = write_part(&part(4, 4), body(&[b"ab", b"cd"])).await.unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"....abcd....");
+        assert_eq!(etag.len(), 32);
+        let too_long = write_part(&part(0, 4), body(&[b"WXYZ", b"!!"])).await.unwrap_err();
+        assert_eq!(too_long.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(std::fs::read(&path).unwrap(), b"WXYZabcd....", "bytes past the part are dropped");
+        let short = write_part(&part(8, 4), body(&[b"12"])).await.unwrap_err();
+        assert_eq!(short.status(), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn signed_params_need_both() {
+        assert_eq!(signed_params("expires=5&signature=ab"), Some((5, "ab".to_string())));
+        assert_eq!(signed_params("expires=5"), None);
+        assert_eq!(signed_params("expires=x&signature=ab"), None);
+        assert_eq!(part_path_pattern(3), "/_storage/*/3");
+    }
+}
