@@ -26,13 +26,30 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--api-key", default=None, help="key of the default organization (default: random)")
     p.add_argument("--query-delay", type=float, default=0.0, help="simulated worker seconds per query")
+    p.add_argument(
+        "--upload-part-size",
+        type=int,
+        default=None,
+        help="part size of the direct-to-cloud upload in bytes (default 419430400, 400 MiB)",
+    )
+    p.add_argument(
+        "--upload-url-ttl",
+        type=float,
+        default=None,
+        help="seconds a part URL stays valid (default 3600)",
+    )
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     server = EmulatorServer(
-        port=args.port, host=args.host, query_delay=args.query_delay, api_key=args.api_key
+        port=args.port,
+        host=args.host,
+        query_delay=args.query_delay,
+        api_key=args.api_key,
+        upload_part_size=args.upload_part_size,
+        upload_url_ttl=args.upload_url_ttl,
     )
     stop = threading.Event()
 

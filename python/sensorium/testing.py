@@ -70,12 +70,19 @@ class Emulator:
         query_delay: float = 0.0,
         max_upload_bytes: Optional[int] = None,
         api_key: Optional[str] = None,
+        upload_part_size: Optional[int] = None,
+        upload_url_ttl: Optional[float] = None,
     ) -> None:
+        """``upload_part_size`` (bytes, default 400 MiB as live) and ``upload_url_ttl``
+        (seconds, default 3600) shape the direct-to-cloud upload; tests use a few MiB so that
+        small files span several parts."""
         self._server = EmulatorServer(
             port=port,
             query_delay=query_delay,
             max_upload_bytes=max_upload_bytes,
             api_key=api_key,
+            upload_part_size=upload_part_size,
+            upload_url_ttl=upload_url_ttl,
         )
 
     @property
@@ -160,6 +167,42 @@ class Emulator:
             times=times,
             probability=probability,
         )
+
+    def inject_upload_part(
+        self,
+        part_number: int,
+        *,
+        status: Optional[int] = None,
+        action: Optional[FaultActionName] = None,
+        delay: Optional[float] = None,
+        times: Optional[int] = 1,
+    ) -> None:
+        """A fault for the storage PUTs of part ``part_number`` (from 1) of any direct upload.
+
+        The same faults as :meth:`inject` (a status with the platform's error body, ``"reset"``,
+        ``"stall"``, ``"truncate"``, a delay), for ``times`` PUTs (``None``: every time). At
+        least one of ``status``, ``action`` and ``delay`` is required.
+
+        Example::
+
+            emu = Emulator(upload_part_size=4 * 1024 * 1024)
+            emu.inject_upload_part(2, action="reset")     # part 2's first PUT loses its connection
+            emu.inject_upload_part(3, status=503, times=2)
+        """
+        self._server.inject_upload_part(
+            part_number, status=status, action=action, delay=delay, times=times
+        )
+
+    def expire_upload_urls(self) -> None:
+        """Expire every part URL issued so far: their PUTs get 403 ``AccessDenied`` ("Request
+        has expired") until the client asks ``parts/urls`` for fresh ones.
+
+        Example::
+
+            emu.expire_upload_urls()
+            # a PUT to an old URL now answers 403; POST .../parts/urls gives working ones
+        """
+        self._server.expire_upload_urls()
 
     def clear_faults(self) -> None:
         self._server.clear_faults()

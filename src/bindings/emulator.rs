@@ -29,10 +29,38 @@ fn parse_host(host: &str) -> PyResult<IpAddr> {
         .map_err(|_| PyValueError::new_err(format!("host must be an IP address or 'localhost', got {host:?}")))
 }
 
+/// A fault rule from Python arguments, with their ranges checked.
+#[allow(clippy::too_many_arguments)]
+fn fault_rule(
+    method: Option<String>,
+    path: String,
+    status: Option<u16>,
+    retry_after: Option<f64>,
+    delay: Option<f64>,
+    action: Option<&str>,
+    times: Option<u32>,
+    probability: f64,
+) -> PyResult<FaultRule> {
+    let action = action
+        .map(|a| a.parse::<FaultAction>().map_err(PyValueError::new_err))
+        .transpose()?;
+    if let Some(s) = status {
+        if !(100..=599).contains(&s) {
+            return Err(PyValueError::new_err(format!("status must be an HTTP status (100-599), got {s}")));
+        }
+    }
+    if !(0.0..=1.0).contains(&probability) {
+        return Err(PyValueError::new_err(format!("probability must be from 0 to 1, got {probability}")));
+    }
+    let delay = delay.map(|d| seconds(d, "delay")).transpose()?;
+    Ok(FaultRule { method, path, status, retry_after, delay, action, times, probability })
+}
+
 #[pymethods]
 impl EmulatorServer {
     #[new]
-    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None))]
+    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         port: u16,
@@ -40,14 +68,24 @@ impl EmulatorServer {
         query_delay: f64,
         max_upload_bytes: Option<u64>,
         api_key: Option<String>,
+        upload_part_size: Option<u64>,
+        upload_url_ttl: Option<f64>,
     ) -> PyResult<Self> {
         let defaults = EmulatorOptions::default();
+        if upload_part_size == Some(0) {
+            return Err(PyValueError::new_err("upload_part_size must be at least 1 byte"));
+        }
         let opts = EmulatorOptions {
             host: parse_host(host)?,
             port,
             query_delay: seconds(query_delay, "query_delay")?,
             max_upload_bytes: max_upload_bytes.unwrap_or(defaults.max_upload_bytes),
             api_key,
+            upload_part_size: upload_part_size.unwrap_or(defaults.upload_part_size),
+            upload_url_ttl: match upload_url_ttl {
+                Some(t) => seconds(t, "upload_url_ttl")?,
+                None => defaults.upload_url_ttl,
+            },
         };
         let emulator = runtime::wait(py, async move {
             Emulator::start(opts)
@@ -90,20 +128,29 @@ impl EmulatorServer {
         times: Option<u32>,
         probability: f64,
     ) -> PyResult<()> {
-        let action = action
-            .map(|a| a.parse::<FaultAction>().map_err(PyValueError::new_err))
-            .transpose()?;
-        if let Some(s) = status {
-            if !(100..=599).contains(&s) {
-                return Err(PyValueError::new_err(format!("status must be an HTTP status (100-599), got {s}")));
-            }
-        }
-        if !(0.0..=1.0).contains(&probability) {
-            return Err(PyValueError::new_err(format!("probability must be from 0 to 1, got {probability}")));
-        }
-        let delay = delay.map(|d| seconds(d, "delay")).transpose()?;
-        self.emulator.inject(FaultRule { method, path, status, retry_after, delay, action, times, probability });
+        self.emulator.inject(fault_rule(method, path, status, retry_after, delay, action, times, probability)?);
         Ok(())
+    }
+
+    #[pyo3(signature = (part_number, *, status=None, action=None, delay=None, times=Some(1)))]
+    fn inject_upload_part(
+        &self,
+        part_number: u32,
+        status: Option<u16>,
+        action: Option<&str>,
+        delay: Option<f64>,
+        times: Option<u32>,
+    ) -> PyResult<()> {
+        if status.is_none() && action.is_none() && delay.is_none() {
+            return Err(PyValueError::new_err("inject_upload_part needs a status, an action or a delay"));
+        }
+        let rule = fault_rule(None, String::new(), status, None, delay, action, times, 1.0)?;
+        self.emulator.inject_upload_part(part_number, rule);
+        Ok(())
+    }
+
+    fn expire_upload_urls(&self) {
+        self.emulator.expire_upload_urls();
     }
 
     fn clear_faults(&self) {

@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, StatusCode, Uri};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
 use super::api_error::ApiError;
+use super::files::direct::{routes as direct, storage};
 use super::files::{routes as files, upload};
 use super::state::Shared;
 use super::{control, models, query};
@@ -26,12 +27,22 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/files/info", get(files::info))
         .route("/files/download/{file_id}", get(files::download))
         .route("/files/delete/{file_id}", delete(files::delete))
+        .route("/files/uploads/initiate", post(direct::initiate))
+        .route("/files/uploads/{upload_id}/parts/checkpoint", post(direct::checkpoint))
+        .route("/files/uploads/{upload_id}/parts/urls", post(direct::part_urls))
+        .route("/files/uploads/{upload_id}/complete", post(direct::complete))
+        .route("/files/uploads/{upload_id}/abort", post(direct::abort))
         .route("/models", get(models::list))
         // Uploads and /query enforce their own limits with the spec's error shapes.
         .layer(DefaultBodyLimit::disable());
     Router::new()
         .route("/", get(about))
         .nest(API_PREFIX, api)
+        // Part URLs: the emulator is also the object store the platform presigns URLs for.
+        .route(
+            "/_storage/{upload_id}/{part_number}",
+            put(storage::put_part).layer(DefaultBodyLimit::disable()),
+        )
         .nest("/_emulator", control::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

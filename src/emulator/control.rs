@@ -22,6 +22,7 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/keys", post(new_key))
         .route("/fail_queries", post(fail_queries))
         .route("/query_delay", post(query_delay))
+        .route("/expire_upload_urls", post(expire_upload_urls))
 }
 
 fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
@@ -164,6 +165,13 @@ async fn query_delay(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> R
     let d = seconds(m.get("seconds").unwrap_or(&Value::Null), "seconds")?;
     *shared.query_delay.lock() = d;
     Ok(Json(json!({ "seconds": d.as_secs_f64() })))
+}
+
+/// Every part URL issued so far is expired (faults on part PUTs use `/faults` with the path
+/// `/_storage/*/N`).
+async fn expire_upload_urls(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    shared.url_signer.expire_all();
+    Json(json!({ "expired": true }))
 }
 
 #[cfg(test)]

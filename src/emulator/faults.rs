@@ -80,19 +80,9 @@ impl FaultRule {
                 return false;
             }
         }
-        let request = without_version(path);
-        match self.path.strip_suffix('*') {
-            Some(prefix) => {
-                // "/v0.5*" and "*" both mean "everything"; otherwise compare unversioned forms.
-                let prefix = if prefix.is_empty() || prefix == "/v0.5" {
-                    ""
-                } else {
-                    without_version(prefix)
-                };
-                request.starts_with(prefix)
-            }
-            None => request == without_version(&self.path),
-        }
+        // "/v0.5*" and "*" both mean "everything"; otherwise compare unversioned forms.
+        let pattern = if self.path == "/v0.5*" { "*" } else { without_version(&self.path) };
+        glob(pattern, without_version(path))
     }
 
     /// The error answer of a status fault, with the code the platform uses for that status.
@@ -114,6 +104,19 @@ impl FaultRule {
         )
         .with_retry_after(self.retry_after)
     }
+}
+
+/// A trailing `*` matches any rest (a prefix rule); a `*` before more pattern matches within one
+/// path segment, so `/_storage/*/3` targets part 3 of every upload and nothing deeper.
+fn glob(pattern: &str, path: &str) -> bool {
+    let Some(star) = pattern.find('*') else { return pattern == path };
+    let (head, tail) = (&pattern[..star], &pattern[star + 1..]);
+    let Some(rest) = path.strip_prefix(head) else { return false };
+    if tail.is_empty() {
+        return true;
+    }
+    let segment_end = rest.find('/').unwrap_or(rest.len());
+    (0..=segment_end).any(|k| glob(tail, &rest[k..]))
 }
 
 fn without_version(path: &str) -> &str {
@@ -208,6 +211,17 @@ mod tests {
         assert!(rule(None, "/v0.5/files/*", None).matches("GET", "/v0.5/files/info"));
         assert!(!rule(None, "/files/*", None).matches("GET", "/v0.5/models"));
         assert!(rule(None, "*", None).matches("GET", "/v0.5/models"));
+        assert!(rule(None, "/v0.5*", None).matches("GET", "/v0.5/models"));
+    }
+
+    #[test]
+    fn inner_star_matches_one_segment() {
+        let part3 = rule(Some("PUT"), "/_storage/*/3", None);
+        assert!(part3.matches("PUT", "/_storage/upl_ab12/3"));
+        assert!(!part3.matches("PUT", "/_storage/upl_ab12/30"));
+        assert!(!part3.matches("PUT", "/_storage/upl_ab12/x/3"));
+        assert!(!part3.matches("PUT", "/_storage/upl_ab12/13"));
+        assert!(rule(None, "/files/*/x*", None).matches("GET", "/v0.5/files/a/xyz/w"));
     }
 
     #[test]

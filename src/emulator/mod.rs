@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 pub use app::API_PREFIX;
 pub use faults::{FaultAction, FaultRule};
 pub use models::MODEL_IDS;
-pub use options::EmulatorOptions;
+pub use options::{EmulatorOptions, DEFAULT_UPLOAD_PART_SIZE, DEFAULT_UPLOAD_URL_TTL};
 pub use recorder::{RecordedRequest, BODY_CAPTURE_LIMIT};
 pub use state::DEFAULT_ORG;
 
@@ -60,12 +60,7 @@ impl Emulator {
         let data_dir = tempfile::Builder::new().prefix("sensorium-emulator-").tempdir()?;
         let listener = TcpListener::bind((opts.host, opts.port)).await?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared::new(
-            data_dir.path().to_path_buf(),
-            opts.max_upload_bytes,
-            opts.query_delay,
-            opts.api_key,
-        ));
+        let shared = Arc::new(Shared::new(data_dir.path().to_path_buf(), &opts, origin(addr)));
         let app = app::router(shared.clone());
         let server = tokio::spawn(server::serve(listener, app, shared.clone()));
         Ok(Emulator {
@@ -78,15 +73,9 @@ impl Emulator {
         })
     }
 
-    /// `http://HOST:PORT/v0.5`. A wildcard bind address is reported as loopback, which is
-    /// where a local client can reach it.
+    /// `http://HOST:PORT/v0.5` (see [`origin`]).
     pub fn base_url(&self) -> String {
-        let ip = match self.inner.addr.ip() {
-            IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-            IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-            ip => ip,
-        };
-        format!("http://{}{API_PREFIX}", SocketAddr::new(ip, self.port()))
+        format!("{}{API_PREFIX}", origin(self.inner.addr))
     }
 
     pub fn port(&self) -> u16 {
@@ -105,6 +94,21 @@ impl Emulator {
 
     pub fn inject(&self, rule: FaultRule) {
         self.inner.shared.faults.push(rule);
+    }
+
+    /// A fault for PUTs of part `part_number` of any direct upload: `fault`'s method and path
+    /// are replaced by those of the part's storage URL.
+    pub fn inject_upload_part(&self, part_number: u32, fault: FaultRule) {
+        self.inject(FaultRule {
+            method: Some("PUT".to_string()),
+            path: files::direct::storage::part_path_pattern(part_number),
+            ..fault
+        });
+    }
+
+    /// Every part URL issued so far is expired; URLs issued later are valid as usual.
+    pub fn expire_upload_urls(&self) {
+        self.inner.shared.url_signer.expire_all();
     }
 
     pub fn clear_faults(&self) {
@@ -140,6 +144,17 @@ impl Emulator {
             let _ = dir.close();
         }
     }
+}
+
+/// `http://HOST:PORT`. A wildcard bind address is reported as loopback, which is where a
+/// local client can reach it.
+fn origin(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, addr.port()))
 }
 
 #[cfg(test)]

@@ -16,7 +16,16 @@ pub struct EmulatorOptions {
     pub max_upload_bytes: u64,
     /// Key of the default organization; a random `sk-emu-...` key when `None`.
     pub api_key: Option<String>,
+    /// Part size of the direct-to-cloud upload; tests use a few MiB to get several parts.
+    pub upload_part_size: u64,
+    /// How long a part URL stays valid after it is issued.
+    pub upload_url_ttl: Duration,
 }
+
+/// The part size the live service used (400 MiB).
+pub const DEFAULT_UPLOAD_PART_SIZE: u64 = 400 * 1024 * 1024;
+/// One hour, a common presigned-URL lifetime; the notes do not give the live value.
+pub const DEFAULT_UPLOAD_URL_TTL: Duration = Duration::from_secs(3600);
 
 impl Default for EmulatorOptions {
     fn default() -> Self {
@@ -26,6 +35,8 @@ impl Default for EmulatorOptions {
             query_delay: Duration::ZERO,
             max_upload_bytes: crate::wire::files::SIMPLE_UPLOAD_MAX_BYTES,
             api_key: None,
+            upload_part_size: DEFAULT_UPLOAD_PART_SIZE,
+            upload_url_ttl: DEFAULT_UPLOAD_URL_TTL,
         }
     }
 }

@@ -9,7 +9,10 @@ use parking_lot::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
 use super::faults::FaultSet;
+use super::files::direct::registry::Registry;
+use super::files::direct::signing::Signer;
 use super::files::store::FileStore;
+use super::options::EmulatorOptions;
 use super::recorder::Recorder;
 
 /// Organization of the key the emulator starts with.
@@ -21,6 +24,13 @@ pub(crate) struct Shared {
     keys: RwLock<HashMap<String, String>>,
     pub default_key: String,
     pub files: FileStore,
+    /// Direct-to-cloud uploads, their part size and the signer and lifetime of part URLs.
+    pub uploads: Registry,
+    pub upload_part_size: u64,
+    pub upload_url_ttl: Duration,
+    pub url_signer: Signer,
+    /// `http://HOST:PORT` of this server, where part URLs point (the emulator is its own storage).
+    pub storage_origin: String,
     pub faults: FaultSet,
     pub recorder: Recorder,
     pub query_delay: Mutex<Duration>,
@@ -31,23 +41,23 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new(
-        data_dir: PathBuf,
-        max_upload_bytes: u64,
-        query_delay: Duration,
-        api_key: Option<String>,
-    ) -> Self {
-        let default_key = api_key.unwrap_or_else(random_key);
+    pub fn new(data_dir: PathBuf, opts: &EmulatorOptions, storage_origin: String) -> Self {
+        let default_key = opts.api_key.clone().unwrap_or_else(random_key);
         let mut keys = HashMap::new();
         keys.insert(default_key.clone(), DEFAULT_ORG.to_string());
         Shared {
-            max_upload_bytes,
+            max_upload_bytes: opts.max_upload_bytes,
             keys: RwLock::new(keys),
             default_key,
-            files: FileStore::new(data_dir),
+            files: FileStore::new(data_dir.clone()),
+            uploads: Registry::new(data_dir),
+            upload_part_size: opts.upload_part_size.max(1),
+            upload_url_ttl: opts.upload_url_ttl,
+            url_signer: Signer::new(rand::random()),
+            storage_origin,
             faults: FaultSet::default(),
             recorder: Recorder::default(),
-            query_delay: Mutex::new(query_delay),
+            query_delay: Mutex::new(opts.query_delay),
             failing_queries: Mutex::new(None),
             cursor_secret: rand::random(),
             shutdown: CancellationToken::new(),

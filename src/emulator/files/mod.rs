@@ -2,6 +2,7 @@
 //! with cursors, downloads and deletes.
 
 pub(crate) mod cursor;
+pub(crate) mod direct;
 pub(crate) mod listing;
 pub(crate) mod routes;
 pub(crate) mod store;

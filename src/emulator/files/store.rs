@@ -102,25 +102,45 @@ impl FileStore {
         mut partial: PartialFile,
     ) -> std::io::Result<Result<Arc<StoredFile>, ()>> {
         partial.finish().await?;
+        let Some(from) = partial.path.clone() else {
+            return Err(std::io::Error::other("upload already registered"));
+        };
         let file_uid = uuid::Uuid::new_v4().to_string();
+        let stored = self.adopt(org, file_id, file_type, file_uid, &from, partial.written)?;
+        if stored.is_ok() {
+            partial.path = None; // moved into place: nothing to clean up
+        }
+        Ok(stored)
+    }
+
+    /// Lists the complete file at `from` under `file_id`, moving it into place. `Err` (with
+    /// `from` untouched) when the name is taken. The rename runs under the lock so that the
+    /// check and the listing are one step; it only changes a directory entry.
+    pub fn adopt(
+        &self,
+        org: &str,
+        file_id: &str,
+        file_type: &str,
+        file_uid: String,
+        from: &Path,
+        num_bytes: u64,
+    ) -> std::io::Result<Result<Arc<StoredFile>, ()>> {
+        let mut orgs = self.orgs.lock();
+        let files = orgs.entry(org.to_string()).or_default();
+        if files.contains_key(file_id) {
+            return Ok(Err(()));
+        }
         let final_path = self.dir.join(&file_uid);
-        partial.persist(&final_path).await?;
+        std::fs::rename(from, &final_path)?;
         let stored = Arc::new(StoredFile {
             file_id: file_id.to_string(),
             file_uid,
             file_type: file_type.to_string(),
-            num_bytes: partial.written,
+            num_bytes,
             created_at: SystemTime::now(),
             seq: self.seq.fetch_add(1, Ordering::Relaxed),
-            path: final_path.clone(),
+            path: final_path,
         });
-        let mut orgs = self.orgs.lock();
-        let files = orgs.entry(org.to_string()).or_default();
-        if files.contains_key(file_id) {
-            drop(orgs);
-            let _ = std::fs::remove_file(&final_path);
-            return Ok(Err(()));
-        }
         files.insert(file_id.to_string(), stored.clone());
         Ok(Ok(stored))
     }
@@ -147,14 +167,6 @@ impl PartialFile {
     async fn finish(&mut self) -> std::io::Result<()> {
         if let Some(mut f) = self.file.take() {
             f.flush().await?;
-        }
-        Ok(())
-    }
-
-    async fn persist(&mut self, to: &Path) -> std::io::Result<()> {
-        if let Some(from) = self.path.as_ref() {
-            tokio::fs::rename(from, to).await?;
-            self.path = None;
         }
         Ok(())
     }

@@ -1,0 +1,220 @@
+//! The storage side: part URLs under `/_storage/{upload_id}/{part_number}`, which the emulator
+//! serves itself the way an object store serves presigned URLs. Answers are the object store's
+//! (XML errors, an `ETag` header), not the platform's JSON, so a client that mixes the two up
+//! is caught here.
+
+use std::io::SeekFrom;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncSeekExt, AsyncWriteExt};
+
+use super::registry::PartWrite;
+use super::signing::Denied;
+use crate::emulator::state::Shared;
+
+pub(crate) const STORAGE_PREFIX: &str = "/_storage";
+
+/// The fault-rule path of part `n` of every upload (a `*` matches one path segment).
+pub(crate) fn part_path_pattern(n: u32) -> String {
+    format!("{STORAGE_PREFIX}/*/{n}")
+}
+
+pub(crate) fn now_unix() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// A signed URL for one part, valid until `expires` (Unix seconds).
+pub(crate) fn part_url(shared: &Shared, upload_id: &str, n: u32, expires: u64) -> String {
+    let signature = shared.url_signer.sign(upload_id, n, expires);
+    format!(
+        "{}{STORAGE_PREFIX}/{upload_id}/{n}?expires={expires}&signature={signature}",
+        shared.storage_origin
+    )
+}
+
+/// An object-store error: `<Error><Code>..</Code><Message>..</Message></Error>`.
+fn xml_error(status: StatusCode, code: &str, message: &str) -> Response {
+    let body = format!("<Error><Code>{code}</Code><Message>{message}</Message></Error>");
+    (status, [(header::CONTENT_TYPE, "application/xml")], body).into_response()
+}
+
+fn no_such_upload() -> Response {
+    xml_error(
+        StatusCode::NOT_FOUND,
+        "NoSuchUpload",
+        "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
+    )
+}
+
+/// `expires` and `signature` from the query string.
+fn signed_params(query: &str) -> Option<(u64, String)> {
+    let mut expires = None;
+    let mut signature = None;
+    for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        match name.as_ref() {
+            "expires" => expires = value.parse::<u64>().ok(),
+            "signature" => signature = Some(value.into_owned()),
+            _ => {}
+        }
+    }
+    Some((expires?, signature?))
+}
+
+pub(crate) async fn put_part(
+    State(shared): State<Arc<Shared>>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let (upload_id, n, write) = match authorize(&shared, path, query.as_deref(), &headers) {
+        Ok(found) => found,
+        Err(refused) => {
+            // Read the body anyway, so the client has finished sending and sees this answer
+            // rather than a broken pipe.
+            let mut stream = body.into_data_stream();
+            while let Some(Ok(_)) = stream.next().await {}
+            return refused;
+        }
+    };
+    let etag = match write_part(&write, body).await {
+        Ok(etag) => etag,
+        Err(response) => return response,
+    };
+    if !shared.uploads.finish_part(&upload_id, n, write.generation, etag.clone()) {
+        return no_such_upload();
+    }
+    let mut response = StatusCode::OK.into_response();
+    if let Ok(value) = HeaderValue::from_str(&format!("\"{etag}\"")) {
+        response.headers_mut().insert(header::ETAG, value);
+    }
+    response
+}
+
+/// The checks made before any byte is written: one auth mechanism, a valid unexpired
+/// signature, an open upload with that part. The part's earlier copy is forgotten on success.
+// The error is the answer itself, returned once per refused request: boxing it gains nothing.
+#[allow(clippy::result_large_err)]
+fn authorize(
+    shared: &Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<(String, u32, PartWrite), Response> {
+    // Storage refuses a request with two auth mechanisms; it also means the client leaked its
+    // platform API key to a third party.
+    if headers.contains_key(header::AUTHORIZATION) {
+        return Err(xml_error(
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+            "Only one auth mechanism allowed; send either the signed URL or an Authorization header, not both.",
+        ));
+    }
+    let Ok(Path((upload_id, part))) = path else { return Err(no_such_upload()) };
+    let Ok(n) = part.parse::<u32>() else {
+        return Err(xml_error(StatusCode::BAD_REQUEST, "InvalidArgument", "Part number must be a positive integer."));
+    };
+    let Some((expires, signature)) = signed_params(query.unwrap_or("")) else {
+        return Err(xml_error(
+            StatusCode::FORBIDDEN,
+            "AccessDenied",
+            "Query-string authentication requires the expires and signature parameters",
+        ));
+    };
+    match shared.url_signer.check(&upload_id, n, expires, &signature, now_unix()) {
+        Ok(()) => {}
+        Err(Denied::Expired) => {
+            return Err(xml_error(StatusCode::FORBIDDEN, "AccessDenied", "Request has expired"))
+        }
+        Err(Denied::BadSignature) => {
+            return Err(xml_error(
+                StatusCode::FORBIDDEN,
+                "SignatureDoesNotMatch",
+                "The request signature we calculated does not match the signature you provided.",
+            ))
+        }
+    }
+    let write = shared.uploads.begin_part(&upload_id, n).ok_or_else(no_such_upload)?;
+    Ok((upload_id, n, write))
+}
+
+/// Streams the body into the part's byte range of the upload's file and returns its token
+/// (a sha256 prefix). Bytes past the part's length are read but not written, so a wrong-sized
+/// body never spills into the next part, and the client still gets the 400 instead of a
+/// broken pipe.
+async fn write_part(w: &PartWrite, body: Body) -> Result<String, Response> {
+    let io_error = |e: std::io::Error| {
+        xml_error(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", &format!("Could not store the part: {e}"))
+    };
+    // Gone when the upload was aborted after the PUT began.
+    let mut file = tokio::fs::OpenOptions::new().write(true).open(&w.path).await.map_err(|_| no_such_upload())?;
+    file.seek(SeekFrom::Start(w.offset)).await.map_err(io_error)?;
+    let mut hasher = Sha256::new();
+    let mut received: u64 = 0;
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| {
+            xml_error(StatusCode::BAD_REQUEST, "IncompleteBody", "The request body was interrupted.")
+        })?;
+        let room = w.len.saturating_sub(received);
+        let take = usize::try_from(room).unwrap_or(usize::MAX).min(chunk.len());
+        if take > 0 {
+            file.write_all(&chunk[..take]).await.map_err(io_error)?;
+            hasher.update(&chunk[..take]);
+        }
+        received += chunk.len() as u64;
+    }
+    file.flush().await.map_err(io_error)?;
+    if received != w.len {
+        let code = if received < w.len { "IncompleteBody" } else { "EntityTooLarge" };
+        return Err(xml_error(
+            StatusCode::BAD_REQUEST,
+            code,
+            &format!("The part is {} bytes; the request body had {received}.", w.len),
+        ));
+    }
+    Ok(hasher.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(chunks: &[&'static [u8]]) -> Body {
+        let chunks: Vec<Result<bytes::Bytes, std::io::Error>> =
+            chunks.iter().map(|c| Ok(bytes::Bytes::from_static(c))).collect();
+        Body::from_stream(futures_util::stream::iter(chunks))
+    }
+
+    #[tokio::test]
+    async fn parts_land_at_their_offsets_and_never_spill() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("u.data");
+        std::fs::write(&path, b"............").unwrap();
+        let part = |offset, len| PartWrite { path: path.clone(), offset, len, generation: 1 };
+        let etag = write_part(&part(4, 4), body(&[b"ab", b"cd"])).await.unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"....abcd....");
+        assert_eq!(etag.len(), 32);
+        let too_long = write_part(&part(0, 4), body(&[b"WXYZ", b"!!"])).await.unwrap_err();
+        assert_eq!(too_long.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(std::fs::read(&path).unwrap(), b"WXYZabcd....", "bytes past the part are dropped");
+        let short = write_part(&part(8, 4), body(&[b"12"])).await.unwrap_err();
+        assert_eq!(short.status(), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn signed_params_need_both() {
+        assert_eq!(signed_params("expires=5&signature=ab"), Some((5, "ab".to_string())));
+        assert_eq!(signed_params("expires=5"), None);
+        assert_eq!(signed_params("expires=x&signature=ab"), None);
+        assert_eq!(part_path_pattern(3), "/_storage/*/3");
+    }
+}
