@@ -90,10 +90,13 @@ def test_jsonl_needs_direct_to_cloud_upload(emu, client, tmp_path, name):
         client.files.upload_base64(name, b'{"a": 1}\n')
     assert emu.requests == []
     # The default method sends JSONL through the direct-to-cloud flow, never the simple upload.
-    with pytest.raises(APIStatusError):  # the emulator does not implement that flow
-        client.files.upload(path)
+    record = client.files.upload(path)
+    assert record.file_id == name
     assert calls(emu, "/files", "POST") == []
     assert [r.path for r in emu.requests][:1] == ["/v0.5/files/uploads/initiate"]
+    assert client.files.metadata(name).file_type == "application/x-ndjson"
+    client.files.download(name, tmp_path / "back")
+    assert (tmp_path / "back").read_bytes() == path.read_bytes()
 
 
 def test_existing_name_is_a_conflict_and_not_retried(emu, client, tmp_path):
