@@ -9,6 +9,7 @@ interrupted run in a child Python talking to this process's emulator.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import queue
@@ -243,6 +244,58 @@ def test_part_failing_for_good_is_resumable_and_resume_sends_the_rest(emu: Emula
         assert fetched(client, path.name, tmp_path) == digest
 
 
+def test_failed_complete_is_resumable_and_resume_sends_no_part_again(emu: Emulator, tmp_path: Path) -> None:
+    path, digest = write(tmp_path, "last-step.jsonl", 2 * PART)
+    emu.inject("POST", "/files/uploads/*/complete", status=500)
+    with emu.client(max_retries=0) as client:
+        with pytest.raises(TransferError) as info:
+            client.files.upload(path)
+        assert info.value.resumable and info.value.upload_id
+        assert put_numbers(emu) == [1, 2]
+        emu.clear_requests()
+        client.files.upload(path)
+        assert part_puts(emu) == []
+        assert len(platform_calls(emu, "/complete")) == 1
+        assert fetched(client, path.name, tmp_path) == digest
+
+
+def test_parts_stored_before_a_sibling_fails_are_not_sent_again(emu: Emulator, tmp_path: Path) -> None:
+    # The TransferError says "Parts already sent are kept". Here part 1 is stored (PUT 200) and
+    # its checkpoint is on its way when part 2 fails for good; the resume must not send part 1
+    # again. (With 400 MiB parts and 4 in flight, one failure must not throw away the others.)
+    path, digest = write(tmp_path, "siblings.jsonl", 3 * PART)
+    emu.inject("POST", "/files/uploads/*/parts/checkpoint", delay=0.5)
+    emu.inject_upload_part(2, status=400, delay=0.2, times=None)
+    with emu.client(max_retries=0) as client:
+        with pytest.raises(TransferError) as info:
+            client.files.upload(path, concurrency=2)
+        assert info.value.resumable
+        assert (1, 200) in part_puts(emu)
+        time.sleep(0.6)  # let the delayed checkpoint land, if it was sent at all
+        emu.clear_faults()
+        emu.clear_requests()
+        client.files.upload(path, concurrency=2)
+        assert fetched(client, path.name, tmp_path) == digest
+    puts = put_numbers(emu)
+    assert 1 not in puts, f"part 1 was stored before the failure and was sent again: {part_puts(emu)}"
+    assert 2 in puts and len(puts) == len(set(puts))
+
+
+async def test_cancelled_async_upload_is_resumable(emu: Emulator, tmp_path: Path) -> None:
+    path, digest = write(tmp_path, "cancelled.jsonl", 3 * PART)
+    emu.inject_upload_part(2, delay=30)
+    async with emu.async_client() as client:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(client.files.upload(path, concurrency=1), 1.0)
+        assert put_numbers(emu) == [1]
+        emu.clear_faults()
+        emu.clear_requests()
+        await client.files.upload(path, concurrency=1)
+        assert put_numbers(emu) == [2, 3]
+        back = await client.files.download(path.name, tmp_path / "back")
+    assert sha256_of(back) == digest
+
+
 def test_resume_false_aborts_the_unfinished_upload_and_resends_everything(emu: Emulator, tmp_path: Path) -> None:
     path, digest = write(tmp_path, "again.jsonl", 4 * PART)
     with emu.client(max_retries=0) as client:
@@ -344,6 +397,15 @@ def test_resumed_upload_progress_starts_at_checkpointed_bytes(emu: Emulator, tmp
     assert len(seen.calls) >= 2, seen.calls
     assert all(d >= 2 * PART for d, _ in seen.calls), seen.calls
     assert seen.calls[-1] == (size, size)
+
+
+def test_empty_file_progress_ends_at_zero_of_zero(emu: Emulator, tmp_path: Path) -> None:
+    path, _ = write(tmp_path, "empty.bin", 0)
+    up, down = Recorder(), Recorder()
+    with emu.client() as client:
+        client.files.upload(path, method="direct", on_progress=up)
+        client.files.download("empty.bin", tmp_path / "empty.back", on_progress=down)
+    assert up.calls[-1] == (0, 0) and down.calls[-1] == (0, 0)
 
 
 async def test_async_progress_ends_exactly_at_total(emu: Emulator, tmp_path: Path) -> None:
