@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures_util::stream::{self, StreamExt, TryStreamExt};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use reqwest::Method;
 use serde::Serialize;
 
@@ -134,21 +134,7 @@ async fn send_parts(
         log::debug!("resuming upload {upload_id} of {file_id}: {} parts left", parts.len());
     }
 
-    let sent = stream::iter(parts.into_iter().map(|part| {
-        let transport = transport.clone();
-        let progress = progress.clone();
-        let upload_id = upload_id.clone();
-        let path = path.to_path_buf();
-        async move {
-            let token = send_part(&transport, &upload_id, &path, &part, &progress).await?;
-            checkpoint(&transport, &upload_id, &token).await;
-            Ok::<PartToken, Error>(token)
-        }
-    }))
-    .buffer_unordered(opts.concurrency)
-    .try_collect::<Vec<PartToken>>()
-    .await;
-
+    let sent = send_all_parts(transport, &upload_id, path, parts, opts.concurrency, &progress).await;
     let mut tokens = sent.map_err(|err| resumable_failure(&upload_id, path, err))?;
     tokens.sort_by_key(|t| t.part_number);
     let call = post_json(transport, &upload_path(&upload_id, "/complete")?, &PartsRequest { parts: tokens })?;
@@ -158,6 +144,55 @@ async fn send_parts(
         .map_err(|err| resumable_failure(&upload_id, path, err))?;
     progress.done.store(num_bytes, Ordering::Relaxed);
     Ok(DirectUploadResult { file_id, complete })
+}
+
+/// Sends every part, `concurrency` at a time. After the first failure no new part starts, but
+/// the parts in flight run to the end of their PUT and checkpoint: a part the storage accepted
+/// is recorded, so a resume does not send it again.
+async fn send_all_parts(
+    transport: &Transport,
+    upload_id: &str,
+    path: &Path,
+    parts: Vec<PartRange>,
+    concurrency: usize,
+    progress: &Arc<TransferProgress>,
+) -> Result<Vec<PartToken>, Error> {
+    let send = |part: PartRange| {
+        let transport = transport.clone();
+        let progress = progress.clone();
+        let upload_id = upload_id.to_string();
+        let path = path.to_path_buf();
+        async move {
+            let token = send_part(&transport, &upload_id, &path, &part, &progress).await?;
+            checkpoint(&transport, &upload_id, &token).await;
+            Ok::<PartToken, Error>(token)
+        }
+    };
+    let mut pending = parts.into_iter();
+    let mut in_flight = FuturesUnordered::new();
+    let mut tokens = Vec::new();
+    let mut first_error = None;
+    loop {
+        while first_error.is_none() && in_flight.len() < concurrency {
+            match pending.next() {
+                Some(part) => in_flight.push(send(part)),
+                None => break,
+            }
+        }
+        match in_flight.next().await {
+            Some(Ok(token)) => tokens.push(token),
+            Some(Err(err)) => {
+                if first_error.is_none() {
+                    first_error = Some(err);
+                }
+            }
+            None => break,
+        }
+    }
+    match first_error {
+        Some(err) => Err(err),
+        None => Ok(tokens),
+    }
 }
 
 /// A part with its byte range resolved.
