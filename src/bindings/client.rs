@@ -28,7 +28,9 @@ pub struct CoreClient {
     /// The transport and the process it was built in. A forked child must not use the parent's
     /// pooled connections: their tasks ran on the parent's runtime threads, which the child does
     /// not have, so a request would wait forever. The child rebuilds the pool on first use.
-    transport: Mutex<(u32, Transport)>,
+    /// Keyed on `runtime::fork_generation()`, an atomic load, rather than on the pid (a system
+    /// call per request).
+    transport: Mutex<(u64, Transport)>,
 }
 
 fn seconds(value: Option<f64>, arg: &str) -> Result<Option<Duration>, Error> {
@@ -70,15 +72,15 @@ fn apply_options(
 
 impl CoreClient {
     fn new(transport: Transport) -> Self {
-        CoreClient { transport: Mutex::new((std::process::id(), transport)) }
+        CoreClient { transport: Mutex::new((runtime::fork_generation(), transport)) }
     }
 
     fn transport(&self) -> Transport {
         let mut slot = self.transport.lock();
-        let pid = std::process::id();
-        if slot.0 != pid {
+        let generation = runtime::fork_generation();
+        if slot.0 != generation {
             match Transport::new((*slot.1.config).clone()) {
-                Ok(fresh) => *slot = (pid, fresh),
+                Ok(fresh) => *slot = (generation, fresh),
                 Err(err) => log::warn!("could not rebuild the connection pool after fork: {err}"),
             }
         }
