@@ -657,7 +657,11 @@ def test_ctrl_c_during_a_download_leaves_no_file(emu: Emulator, tmp_path: Path, 
     emu.inject("GET", "/files/download/*", action="stall")  # half the body, then nothing
     child = Child(emu, "download", str(out / "dl.csv"), "dl.csv")
     children.append(child)
-    child.wait_for(lambda: any(p.stat().st_size > 0 for p in out.iterdir()))
+    # Mid-download: bytes have arrived (writes to disk are buffered, so watch progress) and the
+    # temporary file exists beside the target.
+    child.wait_for(
+        lambda: any(s.startswith("progress") and int(s.split()[1]) > 0 for s in child.seen) and any(out.iterdir())
+    )
     sent_at = time.monotonic()
     child.proc.send_signal(signal.SIGINT)
     child.wait_for(lambda: any(s.startswith("interrupted") for s in child.seen), timeout=10)

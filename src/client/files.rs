@@ -336,11 +336,14 @@ pub async fn download(
                 progress.done.store(0, Ordering::Relaxed);
                 progress.total.store(expected.unwrap_or(0), Ordering::Relaxed);
                 let partial = PartialFile::create(&dir).await?;
-                let mut file = tokio::fs::OpenOptions::new()
+                let file = tokio::fs::OpenOptions::new()
                     .write(true)
                     .open(&partial.path)
                     .await
                     .map_err(|e| Error::io(partial.path.display(), e))?;
+                // Each tokio file write is a hop to the blocking pool; writing per received
+                // chunk (~20 KiB) made downloads context-switch-bound. Batch into 4 MiB writes.
+                let mut file = tokio::io::BufWriter::with_capacity(4 * 1024 * 1024, file);
                 let mut stream = response.bytes_stream();
                 let mut written: u64 = 0;
                 loop {
@@ -369,7 +372,7 @@ pub async fn download(
                     }
                 }
                 file.flush().await.map_err(|e| Error::io(partial.path.display(), e))?;
-                file.sync_all().await.map_err(|e| Error::io(partial.path.display(), e))?;
+                file.get_mut().sync_all().await.map_err(|e| Error::io(partial.path.display(), e))?;
                 drop(file);
                 Ok((partial, written))
             }

@@ -364,7 +364,9 @@ async fn file_range_stream(
     use tokio::io::{AsyncReadExt, AsyncSeekExt};
     let mut file = tokio::fs::File::open(path).await.map_err(|e| Error::io(path.display(), e))?;
     file.seek(std::io::SeekFrom::Start(offset)).await.map_err(|e| Error::io(path.display(), e))?;
-    let stream = ReaderStream::with_capacity(file.take(len), 256 * 1024);
+    // 1 MiB reads: each is a hop to the blocking pool, and 256 KiB reads made a single
+    // stream context-switch-bound. Memory stays at concurrency x 1 MiB.
+    let stream = ReaderStream::with_capacity(file.take(len), 1024 * 1024);
     Ok(stream.inspect(move |chunk| {
         activity.touch();
         if let Ok(bytes) = chunk {
