@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 REASONER = "Reasoner::c2_4_7b_251215a172f6d7"
@@ -45,3 +48,11 @@ def calls(emu: Any, path: str, method: str | None = None) -> list[Any]:
         for r in emu.requests
         if r.path.rstrip("/").endswith(path) and (method is None or r.method.upper() == method.upper())
     ]
+
+
+def write(tmp_path: Path, name: str, size: int) -> tuple[Path, str]:
+    """A file of `size` random bytes, and its sha256."""
+    data = os.urandom(size)
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path, hashlib.sha256(data).hexdigest()

@@ -4,7 +4,6 @@ URLs and resume, seen through ``client.files.upload``."""
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import Iterator
 
@@ -12,6 +11,8 @@ import pytest
 
 from sensorium.errors import TransferError
 from sensorium.testing import Emulator
+
+from _helpers import write
 
 PART = 1024 * 1024
 
@@ -22,11 +23,6 @@ def emu() -> Iterator[Emulator]:
         yield e
 
 
-def write(tmp_path: Path, name: str, size: int) -> tuple[Path, str]:
-    data = os.urandom(size)
-    path = tmp_path / name
-    path.write_bytes(data)
-    return path, hashlib.sha256(data).hexdigest()
 
 
 def downloaded(emu: Emulator, name: str) -> str:

@@ -18,6 +18,8 @@ import pytest
 
 from sensorium.testing import Emulator
 
+from _raw_http import Reply, request
+
 PART = 1024 * 1024
 INITIATE_KEYS = {
     "upload_id", "file_uid", "strategy", "num_parts", "part_size", "parts", "expires_at",
@@ -26,37 +28,6 @@ INITIATE_KEYS = {
 PART_KEYS = {"part_number", "url", "offset", "length"}
 COMPLETE_KEYS = {"file_uid", "file_name", "file_status", "num_bytes", "file_attributes"}
 ERROR_KEYS = {"code", "message", "suggestion", "error_uid"}
-
-
-class Reply:
-    def __init__(self, status: int, headers: http.client.HTTPMessage, raw: bytes) -> None:
-        self.status = status
-        self.headers = headers
-        self.raw = raw
-
-    def json(self) -> Any:
-        return json.loads(self.raw)
-
-
-def request(
-    emu: Emulator,
-    method: str,
-    path: str,
-    body: Optional[bytes] = None,
-    *,
-    key: Optional[str] = "default",
-    headers: Optional[dict[str, str]] = None,
-) -> Reply:
-    conn = http.client.HTTPConnection("127.0.0.1", emu.port, timeout=30)
-    try:
-        h = dict(headers or {})
-        if key is not None:
-            h["Authorization"] = f"Bearer {emu.api_key if key == 'default' else key}"
-        conn.request(method, "/v0.5" + path, body=body, headers=h)
-        resp = conn.getresponse()
-        return Reply(resp.status, resp.headers, resp.read())
-    finally:
-        conn.close()
 
 
 def post(emu: Emulator, path: str, obj: Any = None, **kw: Any) -> Reply:

@@ -20,6 +20,8 @@ import pytest
 
 from sensorium.testing import Emulator
 
+from _raw_http import Reply, request
+
 REASONER = "Reasoner::c2_4_7b_251215a172f6d7"
 ENCODER = "Encoder::encoder_embeddings_01"
 ERROR_KEYS = {"code", "message", "suggestion", "error_uid"}
@@ -33,39 +35,6 @@ WORKER_KEYS = {
     "query_gpq_latency", "query_queue_latency", "results_timestamp",
 }
 FILE_RECORD_KEYS = {"file_id", "file_uid", "file_type", "num_bytes", "created_at", "status"}
-
-
-class Reply:
-    def __init__(self, status: int, headers: http.client.HTTPMessage, raw: bytes) -> None:
-        self.status = status
-        self.headers = headers
-        self.raw = raw
-
-    def json(self) -> Any:
-        return json.loads(self.raw)
-
-
-def request(
-    emu: Emulator,
-    method: str,
-    path: str,
-    body: Optional[bytes] = None,
-    *,
-    key: Optional[str] = "default",
-    headers: Optional[dict[str, str]] = None,
-    timeout: float = 30,
-) -> Reply:
-    conn = http.client.HTTPConnection("127.0.0.1", emu.port, timeout=timeout)
-    try:
-        h = dict(headers or {})
-        if key is not None:
-            h["Authorization"] = f"Bearer {emu.api_key if key == 'default' else key}"
-        prefix = "" if path.startswith("/_emulator") else "/v0.5"
-        conn.request(method, prefix + path, body=body, headers=h)
-        resp = conn.getresponse()
-        return Reply(resp.status, resp.headers, resp.read())
-    finally:
-        conn.close()
 
 
 def post_json(emu: Emulator, path: str, obj: Any, *, headers: Optional[dict[str, str]] = None, **kw: Any) -> Reply:

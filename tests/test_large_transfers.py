@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import queue
 import signal
 import subprocess
@@ -32,6 +31,8 @@ from sensorium.errors import (
 )
 from sensorium.testing import Emulator, RecordedRequest
 
+from _helpers import write
+
 PART = 1024 * 1024
 
 
@@ -45,11 +46,6 @@ def emu() -> Iterator[Emulator]:
 # helpers
 
 
-def write(tmp_path: Path, name: str, size: int) -> tuple[Path, str]:
-    data = os.urandom(size)
-    path = tmp_path / name
-    path.write_bytes(data)
-    return path, hashlib.sha256(data).hexdigest()
 
 
 def sha256_of(path: Path) -> str:
