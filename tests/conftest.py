@@ -27,3 +27,10 @@ def client(emu):
 @pytest.fixture
 def api_key(emu):
     return emu.api_key
+
+
+@pytest.fixture(autouse=True)
+def _isolated_upload_records(tmp_path_factory, monkeypatch):
+    """Each test keeps its own record of unfinished uploads (not the user's ~/.cache); child
+    processes a test starts inherit it."""
+    monkeypatch.setenv("SENSORIUM_CACHE_DIR", str(tmp_path_factory.mktemp("sensorium-cache")))

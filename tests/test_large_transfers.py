@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import queue
 import signal
 import subprocess
@@ -665,3 +666,32 @@ def test_ctrl_c_during_a_download_leaves_no_file(emu: Emulator, tmp_path: Path, 
     assert stopped_at - sent_at < 1.0
     assert child.proc.wait(timeout=10) == 3
     assert list(out.iterdir()) == []
+
+
+def test_a_file_changed_since_the_interrupted_upload_is_sent_afresh(emu: Emulator, tmp_path: Path) -> None:
+    """The platform matches unfinished uploads by name, type and size only; a file edited in
+    place (same size) must not be completed from old and new parts."""
+    path, _ = write(tmp_path, "edited.jsonl", 3 * PART)
+    with emu.client(max_retries=0) as client:
+        err = fail_part_for_good(emu, client, path, 3)
+        assert err.resumable
+        new_data = os.urandom(3 * PART)
+        with open(path, "r+b") as f:  # same file (inode), same size, new bytes
+            f.write(new_data)
+        client.files.upload(path, concurrency=1)
+        assert put_numbers(emu) == [1, 2, 3], "every part of the new version is sent"
+        assert err.upload_id not in put_upload_ids(emu)
+        aborted = platform_calls(emu, "/abort")
+        assert [r.path.split("/")[-2] for r in aborted] == [err.upload_id]
+        assert fetched(client, path.name, tmp_path) == hashlib.sha256(new_data).hexdigest()
+
+
+def test_an_unchanged_file_still_resumes_where_it_stopped(emu: Emulator, tmp_path: Path) -> None:
+    path, digest = write(tmp_path, "same.jsonl", 3 * PART)
+    with emu.client(max_retries=0) as client:
+        err = fail_part_for_good(emu, client, path, 3)
+        client.files.upload(path, concurrency=1)
+        assert put_numbers(emu) == [3]
+        assert put_upload_ids(emu) == {err.upload_id}
+        assert platform_calls(emu, "/abort") == []
+        assert fetched(client, path.name, tmp_path) == digest

@@ -17,3 +17,4 @@ pub mod files;
 pub mod models;
 pub mod pagination;
 pub mod query;
+pub mod resume_state;

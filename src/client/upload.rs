@@ -12,6 +12,7 @@ use reqwest::Method;
 use serde::Serialize;
 
 use super::error::Error;
+use super::resume_state::{Fingerprint, ResumeRecord, ResumeState};
 use super::transport::{read_body_with_stall, Call, RequestBody, Transport};
 use crate::wire::files::mime_for_name;
 use crate::wire::uploads::{
@@ -95,6 +96,21 @@ pub async fn upload_direct(
         .ok_or_else(|| Error::invalid_argument("path", format!("{} has no usable file name", path.display())))?
         .to_string();
     let num_bytes = meta.len();
+    let fingerprint = Fingerprint::of(&meta);
+    let state = ResumeState::new(&transport.config.base_url(), path);
+    if let Some(record) = state.load() {
+        if !opts.resume || record.fingerprint != fingerprint {
+            // The file changed since that upload began (or the caller starts over): its parts
+            // must not be joined with this version's. 404/409 mean it is already gone.
+            log::debug!("discarding unfinished upload {} of {}: the file changed", record.upload_id, path.display());
+            match abort(transport, &record.upload_id).await {
+                Ok(()) => {}
+                Err(Error::Api(api)) if api.status == 404 || api.status == 409 => {}
+                Err(err) => return Err(err),
+            }
+            state.remove();
+        }
+    }
     let request = InitiateRequest {
         filename: file_id.clone(),
         file_type: direct_type(&file_id, opts.content_type.as_deref()),
@@ -108,11 +124,38 @@ pub async fn upload_direct(
         if found.is_resume == Some(true) {
             abort(transport, &found.upload_id).await?;
         } else {
-            return send_parts(transport, path, file_id, num_bytes, found, opts, progress).await;
+            return send_recorded(transport, path, file_id, num_bytes, found, opts, progress, &state, fingerprint).await;
         }
     }
     let started: InitiateResponse = transport.json(&post_json(transport, "/files/uploads/initiate", &request)?).await?;
-    send_parts(transport, path, file_id, num_bytes, started, opts, progress).await
+    send_recorded(transport, path, file_id, num_bytes, started, opts, progress, &state, fingerprint).await
+}
+
+/// `send_parts`, with the local resume record written before the first byte goes out and
+/// removed once the platform has the file (or no longer knows the upload).
+#[allow(clippy::too_many_arguments)]
+async fn send_recorded(
+    transport: &Transport,
+    path: &Path,
+    file_id: String,
+    num_bytes: u64,
+    started: InitiateResponse,
+    opts: &DirectUploadOptions,
+    progress: Arc<TransferProgress>,
+    state: &ResumeState,
+    fingerprint: Fingerprint,
+) -> Result<DirectUploadResult, Error> {
+    state.save(&ResumeRecord {
+        upload_id: started.upload_id.clone(),
+        path: path.display().to_string(),
+        fingerprint,
+    });
+    let result = send_parts(transport, path, file_id, num_bytes, started, opts, progress).await;
+    match &result {
+        Ok(_) | Err(Error::Transfer { resumable: false, .. }) => state.remove(),
+        Err(_) => {}
+    }
+    result
 }
 
 async fn send_parts(

@@ -1,0 +1,132 @@
+//! What this machine remembers about its unfinished direct uploads, so a resume never joins
+//! parts of two different versions of a file.
+//!
+//! The platform matches an unfinished upload by (organization, name, type, size) only. If the
+//! user edits a file after an interrupted upload and keeps its size, a resume would stitch old
+//! and new parts together into a file that never existed. So when an upload starts, the file's
+//! fingerprint (size, modification time, inode) is written next to its upload id; on resume a
+//! changed fingerprint means the unfinished upload is discarded and the file sent afresh.
+//!
+//! The record lives in `$SENSORIUM_CACHE_DIR`, else `$XDG_CACHE_HOME/sensorium`, else
+//! `~/.cache/sensorium`, under `uploads/`. It holds no secret (the key is not part of it).
+//! Failing to read or write it only loses this protection, never the upload.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    pub size: u64,
+    pub modified_ns: i128,
+    pub inode: u64,
+}
+
+impl Fingerprint {
+    pub fn of(meta: &std::fs::Metadata) -> Self {
+        let modified_ns = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos() as i128)
+            .unwrap_or(0);
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(meta);
+        #[cfg(not(unix))]
+        let inode = 0;
+        Fingerprint { size: meta.len(), modified_ns, inode }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeRecord {
+    pub upload_id: String,
+    pub path: String,
+    pub fingerprint: Fingerprint,
+}
+
+/// The record slot of one (service, file) pair.
+#[derive(Debug, Clone)]
+pub struct ResumeState {
+    file: Option<PathBuf>,
+}
+
+fn cache_dir() -> Option<PathBuf> {
+    let from_env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    from_env("SENSORIUM_CACHE_DIR")
+        .or_else(|| from_env("XDG_CACHE_HOME").map(|d| d.join("sensorium")))
+        .or_else(|| from_env("HOME").map(|d| d.join(".cache").join("sensorium")))
+}
+
+impl ResumeState {
+    pub fn new(base_url: &str, path: &Path) -> Self {
+        let absolute = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let mut hasher = Sha256::new();
+        hasher.update(base_url.as_bytes());
+        hasher.update([0]);
+        hasher.update(absolute.to_string_lossy().as_bytes());
+        let name: String = hasher.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
+        ResumeState { file: cache_dir().map(|d| d.join("uploads").join(format!("{name}.json"))) }
+    }
+
+    pub fn load(&self) -> Option<ResumeRecord> {
+        let text = std::fs::read(self.file.as_ref()?).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+
+    pub fn save(&self, record: &ResumeRecord) {
+        let Some(file) = &self.file else { return };
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = file.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let body = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+            // Write then rename, so a crash never leaves a half-written record.
+            let tmp = file.with_extension("json.tmp");
+            std::fs::write(&tmp, body)?;
+            std::fs::rename(&tmp, file)
+        };
+        if let Err(e) = write() {
+            log::debug!("could not record the upload for resume at {}: {e}", file.display());
+        }
+    }
+
+    pub fn remove(&self) {
+        if let Some(file) = &self.file {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_fingerprint_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("a.bin");
+        std::fs::write(&data, b"one").unwrap();
+        let state = ResumeState { file: Some(dir.path().join("uploads").join("x.json")) };
+        assert!(state.load().is_none());
+        let fp = Fingerprint::of(&std::fs::metadata(&data).unwrap());
+        let record = ResumeRecord { upload_id: "upl_1".into(), path: "a.bin".into(), fingerprint: fp.clone() };
+        state.save(&record);
+        assert_eq!(state.load(), Some(record));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&data, b"two").unwrap();
+        assert_ne!(Fingerprint::of(&std::fs::metadata(&data).unwrap()), fp, "same size, new content");
+        state.remove();
+        assert!(state.load().is_none());
+    }
+
+    #[test]
+    fn different_services_and_files_get_different_slots() {
+        let a = ResumeState::new("http://a/v0.5", Path::new("/x/f.bin"));
+        let b = ResumeState::new("http://b/v0.5", Path::new("/x/f.bin"));
+        let c = ResumeState::new("http://a/v0.5", Path::new("/x/g.bin"));
+        assert_ne!(a.file, b.file);
+        assert_ne!(a.file, c.file);
+    }
+}
