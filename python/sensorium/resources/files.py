@@ -88,7 +88,8 @@ class Files:
         (default 100 MB) and every JSONL file through the direct-to-cloud flow: parts in parallel
         (``concurrency``), each retried and checkpointed. If that is interrupted (crash, Ctrl-C),
         calling ``upload`` again on the same path resumes it (``resume=True``) and sends only the
-        missing parts; ``resume=False`` discards the unfinished upload and starts over.
+        missing parts (if the file was edited since, it is sent afresh instead, so two versions are
+        never joined); ``resume=False`` discards the unfinished upload and starts over.
         ``on_progress(bytes_done, bytes_total)`` is called about every 200 ms; ``progress=True``
         shows a tqdm bar.
 
