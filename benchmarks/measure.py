@@ -238,3 +238,19 @@ class NoiseMeter:
             out["machine_cores"] = total
             out["other_cores"] = max(0.0, total - out["client_cores"] - (out["server_cores"] or 0.0))
         return out
+
+
+def write_report(report: dict[str, Any], text: str, out: Path, prefix: str, quick: bool) -> Path:
+    """Prints the markdown table and keeps the raw numbers (with the table) as JSON in `out`."""
+    import datetime as dt
+    import json
+    import sys
+
+    print(text)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = out / f"{prefix}{stamp}{'-quick' if quick else ''}.json"
+    report["markdown"] = text
+    path.write_text(json.dumps(report, indent=1, default=str))
+    print(f"\n(raw numbers: {path}; took {report['total_seconds']:.0f}s)", file=sys.stderr)
+    return path

@@ -138,20 +138,20 @@ def check_same(name: str, got: Any, want: Any) -> None:
         raise SystemExit(f"{name} returned a different result from sensorium's: {got!r:.200} vs {want!r:.200}")
 
 
-def sequential(loop: asyncio.AbstractEventLoop, target: peers.Target, s: Settings) -> dict[str, Any]:
-    sync = peers.sync_query_peers(target)
-    asyn = loop.run_until_complete(peers.async_query_peers(target))
-    want = sync[0].call()
+def compare_interleaved(loop: asyncio.AbstractEventLoop, sync: list, asyn: list, want: Any, warmup: int,
+                        calls: int, rounds: int) -> dict[str, Any]:
+    """Checks every peer answers like sensorium, warms each up, then times them in interleaved
+    rounds (so drift in machine load hits all alike) and closes them."""
     for p in sync:
         check_same(p.name, p.call(), want)
-        measure.time_sync(p.call, s.seq_warmup, Samples())
+        measure.time_sync(p.call, warmup, Samples())
     for ap in asyn:
         check_same(ap.name, loop.run_until_complete(ap.call()), want)
-        loop.run_until_complete(measure.time_async(ap.call, s.seq_warmup, Samples()))
+        loop.run_until_complete(measure.time_async(ap.call, warmup, Samples()))
     results = {p.name: Samples() for p in sync + asyn}
-    per_round = s.seq_calls // s.seq_rounds
+    per_round = calls // rounds
     everyone: list = [("sync", p) for p in sync] + [("async", p) for p in asyn]
-    for r in range(s.seq_rounds):
+    for r in range(rounds):
         for kind, p in rotate(everyone, r):
             if kind == "sync":
                 measure.time_sync(p.call, per_round, results[p.name])
@@ -161,8 +161,15 @@ def sequential(loop: asyncio.AbstractEventLoop, target: peers.Target, s: Setting
         p.close()
     for ap in asyn:
         loop.run_until_complete(ap.close())
-    return {"sync": [p.name for p in sync], "async": [p.name for p in asyn],
-            "results": {k: v.summary() for k, v in results.items()}}
+    return {k: v.summary() for k, v in results.items()}
+
+
+def sequential(loop: asyncio.AbstractEventLoop, target: peers.Target, s: Settings) -> dict[str, Any]:
+    sync = peers.sync_query_peers(target)
+    asyn = loop.run_until_complete(peers.async_query_peers(target))
+    want = sync[0].call()
+    results = compare_interleaved(loop, sync, asyn, want, s.seq_warmup, s.seq_calls, s.seq_rounds)
+    return {"sync": [p.name for p in sync], "async": [p.name for p in asyn], "results": results}
 
 
 def throughput(loop: asyncio.AbstractEventLoop, target: peers.Target, s: Settings) -> dict[str, Any]:
@@ -197,27 +204,9 @@ def embeddings_e2e(loop: asyncio.AbstractEventLoop, target: peers.Target, window
     want = sync[0].call()
     if want.shape != (window.shape[0], 768) or want.dtype != np.float32:
         raise SystemExit(f"sensorium embed returned {want.shape} {want.dtype}, expected ({window.shape[0]}, 768) float32")
-    for p in sync:
-        check_same(p.name, p.call(), want)
-        measure.time_sync(p.call, s.embed_warmup, Samples())
-    for ap in asyn:
-        check_same(ap.name, loop.run_until_complete(ap.call()), want)
-        loop.run_until_complete(measure.time_async(ap.call, s.embed_warmup, Samples()))
-    results = {p.name: Samples() for p in sync + asyn}
-    per_round = s.embed_calls // s.embed_rounds
-    everyone: list = [("sync", p) for p in sync] + [("async", p) for p in asyn]
-    for r in range(s.embed_rounds):
-        for kind, p in rotate(everyone, r):
-            if kind == "sync":
-                measure.time_sync(p.call, per_round, results[p.name])
-            else:
-                loop.run_until_complete(measure.time_async(p.call, per_round, results[p.name]))
-    for p in sync:
-        p.close()
-    for ap in asyn:
-        loop.run_until_complete(ap.close())
+    results = compare_interleaved(loop, sync, asyn, want, s.embed_warmup, s.embed_calls, s.embed_rounds)
     return {"sync": [p.name for p in sync], "async": [p.name for p in asyn], "window": list(window.shape),
-            "window_dtype": str(window.dtype), "results": {k: v.summary() for k, v in results.items()}}
+            "window_dtype": str(window.dtype), "results": results}
 
 
 def micro(variants: dict[str, Any], s: Settings) -> dict[str, Any]:
@@ -503,14 +492,7 @@ def main() -> None:
     report["environment"]["sensorium_build_end"] = build_profile()
     report["goals"] = goals(report)
     report["total_seconds"] = time.perf_counter() - started
-    text = markdown(report)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = args.out / f"{stamp}{'-quick' if s.quick else ''}.json"
-    report["markdown"] = text
-    path.write_text(json.dumps(report, indent=1, default=str))
-    print(f"\n(raw numbers: {path}; took {report['total_seconds']:.0f}s)", file=sys.stderr)
+    measure.write_report(report, markdown(report), args.out, "", s.quick)
 
 
 if __name__ == "__main__":

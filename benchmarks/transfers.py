@@ -37,6 +37,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import measure  # noqa: E402
+
 GIB = 1 << 30
 MIB = 1 << 20
 API_KEY = "bench-transfers-key"
@@ -567,14 +569,7 @@ def main() -> None:
     report["env"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     report["goals"] = goals(report)
     report["total_seconds"] = time.perf_counter() - started
-    text = markdown(report)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = args.out / f"transfers-{stamp}{'-quick' if args.quick else ''}.json"
-    report["markdown"] = text
-    path.write_text(json.dumps(report, indent=1, default=str))
-    print(f"\n(raw numbers: {path}; took {report['total_seconds']:.0f}s)", file=sys.stderr)
+    measure.write_report(report, markdown(report), args.out, "transfers-", args.quick)
 
 
 if __name__ == "__main__":
