@@ -5,6 +5,9 @@ pub mod client;
 pub mod emulator;
 pub mod wire;
 
+#[cfg(test)]
+mod fuzz;
+
 use pyo3::prelude::*;
 
 #[pymodule]
@@ -16,7 +19,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bindings::results::NumericEvent>()?;
     m.add_class::<bindings::results::Progress>()?;
     m.add_function(wrap_pyfunction!(bindings::logging::reset_logging, m)?)?;
+    m.add_function(wrap_pyfunction!(bindings::errors::panic_for_tests, m)?)?;
     bindings::logging::install(m.py());
+    bindings::errors::install_panic_hook();
     m.add_class::<bindings::emulator::EmulatorServer>()?;
     Ok(())
 }

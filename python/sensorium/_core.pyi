@@ -5,9 +5,10 @@ import numpy as np
 import numpy.typing as npt
 
 __version__: str
-__all__ = ["CoreClient", "Embeddings", "EmulatorServer", "NumericEvent", "Progress", "QueryResult", "__version__", "reset_logging"]
+__all__ = ["CoreClient", "Embeddings", "EmulatorServer", "NumericEvent", "Progress", "QueryResult", "__version__", "reset_logging", "_panic_for_tests"]
 
 def reset_logging() -> None: ...
+def _panic_for_tests(place: str, asynchronous: bool) -> Any: ...
 
 @final
 class QueryResult:

@@ -25,7 +25,21 @@ def _pandas_numpy(data: Any) -> np.ndarray:
 
 
 def as_channels(data: Any, argument: str = "data") -> Any:
-    """Returns an ndarray the native core can serialise.
+    """Returns an ndarray the native core can serialise, or raises ``InvalidArgumentError``
+    naming ``argument``: whatever numpy says about a value it cannot read (mixed bytes and text,
+    ragged nesting...) is reported as a bad argument, not as numpy's own exception."""
+    try:
+        return _as_channels(data, argument)
+    except InvalidArgumentError:
+        raise
+    except (ValueError, TypeError, UnicodeError, OverflowError) as e:
+        raise InvalidArgumentError(
+            f"{argument}: cannot be read as a numeric window ({type(e).__name__}: {e})", argument=argument
+        ) from e
+
+
+def _as_channels(data: Any, argument: str) -> Any:
+    """See :func:`as_channels`.
 
     * numpy arrays pass through (1-D is one channel, 2-D is (channels, window));
     * a pandas DataFrame is (time, channels) and is transposed to channel-first;

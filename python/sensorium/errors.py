@@ -41,12 +41,18 @@ __all__ = [
     "APIResponseValidationError",
     "QueryFailedError",
     "TransferError",
+    "InternalError",
     "ErrorDetail",
 ]
 
 
 class SensoriumError(Exception):
     """Root of every exception sensorium raises."""
+
+
+class InternalError(SensoriumError):
+    """A bug in sensorium itself (an internal panic was caught). The message names the call; the
+    details are logged once at error level on the ``sensorium`` logger. Please report it."""
 
 
 class ConfigurationError(SensoriumError, ValueError):

@@ -12,8 +12,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use serde_json::{Map, Value};
 
-use super::convert::{py_to_value, type_name, Json};
-use super::errors::{to_pyerr, Outcome};
+use super::convert::{py_to_value, text_arg, type_name, Json, TextArgError};
+use super::errors::{guard, to_pyerr, Outcome};
 use super::results::{EmbeddingsData, NumericEvent, Progress, QueryResult};
 use super::runtime;
 use crate::client::config::ClientConfig;
@@ -33,11 +33,18 @@ pub struct CoreClient {
     transport: Mutex<(u64, Transport)>,
 }
 
+/// The longest timeout taken: a year. Past it `Duration` arithmetic in the HTTP stack can
+/// overflow, and no caller means it (`timeout=None` is "no limit").
+const MAX_TIMEOUT_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
 fn seconds(value: Option<f64>, arg: &str) -> Result<Option<Duration>, Error> {
     match value {
         None => Ok(None),
-        Some(v) if v.is_finite() && v > 0.0 => Ok(Some(Duration::from_secs_f64(v))),
-        Some(v) => Err(Error::invalid_argument(arg, format!("is {v}; it takes a positive number of seconds, or None"))),
+        Some(v) if v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_SECONDS => Ok(Some(Duration::from_secs_f64(v))),
+        Some(v) => Err(Error::invalid_argument(
+            arg,
+            format!("is {v}; it takes a positive number of seconds up to {MAX_TIMEOUT_SECONDS:.0} (a year)"),
+        )),
     }
 }
 
@@ -68,6 +75,33 @@ fn apply_options(
         config.default_headers = headers;
     }
     Ok(())
+}
+
+/// A `str` argument, or the exception that names it.
+fn text(py: Python<'_>, obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<String> {
+    text_arg(obj, arg).map_err(|e| match e {
+        TextArgError::Type(message) => PyTypeError::new_err(message),
+        TextArgError::Invalid(err) => to_pyerr(py, err),
+    })
+}
+
+/// An optional `str` argument (`None` is "not given").
+fn opt_text(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, arg: &str) -> PyResult<Option<String>> {
+    match obj {
+        Some(o) if !o.is_none() => text(py, o, arg).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// An optional integer argument; its range is checked by the client.
+fn opt_int(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, arg: &str) -> PyResult<Option<i64>> {
+    let Some(o) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
+    if o.is_instance_of::<pyo3::types::PyBool>() || !o.is_instance_of::<pyo3::types::PyInt>() {
+        return Err(PyTypeError::new_err(format!("{arg}: expected an int, got {}", type_name(o))));
+    }
+    o.extract::<i64>()
+        .map(Some)
+        .map_err(|_| to_pyerr(py, Error::invalid_argument(arg, "is out of range")))
 }
 
 impl CoreClient {
@@ -102,12 +136,14 @@ impl CoreClient {
         max_retries: i64,
         default_headers: Option<Vec<(String, String)>>,
     ) -> PyResult<Self> {
-        let build = || -> Result<Transport, Error> {
-            let mut config = ClientConfig::resolve(api_key, base_url, |name| std::env::var(name).ok())?;
-            apply_options(&mut config, timeout, connect_timeout, read_timeout, max_retries, default_headers)?;
-            Transport::new(config)
-        };
-        build().map(CoreClient::new).map_err(|e| to_pyerr(py, e))
+        guard("Client()", || {
+            let build = || -> Result<Transport, Error> {
+                let mut config = ClientConfig::resolve(api_key, base_url, |name| std::env::var(name).ok())?;
+                apply_options(&mut config, timeout, connect_timeout, read_timeout, max_retries, default_headers)?;
+                Transport::new(config)
+            };
+            build().map(CoreClient::new).map_err(|e| to_pyerr(py, e))
+        })
     }
 
     /// A copy with other options that shares this client's connection pool.
@@ -121,11 +157,13 @@ impl CoreClient {
         max_retries: i64,
         default_headers: Option<Vec<(String, String)>>,
     ) -> PyResult<Self> {
-        let current = self.transport();
-        let mut config = (*current.config).clone();
-        let result = apply_options(&mut config, timeout, connect_timeout, read_timeout, max_retries, default_headers)
-            .and_then(|_| current.with_config(config));
-        result.map(CoreClient::new).map_err(|e| to_pyerr(py, e))
+        guard("with_options", || {
+            let current = self.transport();
+            let mut config = (*current.config).clone();
+            let result = apply_options(&mut config, timeout, connect_timeout, read_timeout, max_retries, default_headers)
+                .and_then(|_| current.with_config(config));
+            result.map(CoreClient::new).map_err(|e| to_pyerr(py, e))
+        })
     }
 
     #[getter]
@@ -148,16 +186,22 @@ impl CoreClient {
     fn query<'py>(
         &self,
         py: Python<'py>,
-        model: String,
-        query: String,
+        model: &Bound<'py, PyAny>,
+        query: &Bound<'py, PyAny>,
         fields: &Bound<'py, PyDict>,
         asynchronous: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let body = query_body(&model, &query, fields).map_err(|e| to_pyerr(py, e))?;
-        let transport = self.transport();
-        runtime::run(py, asynchronous, async move {
-            let result = query::run(&transport, body).await.map(|(parsed, raw)| QueryResult::new(parsed, raw));
-            Ok(Outcome(result))
+        guard("query", || {
+            let model = text(py, model, "model")?;
+            let query = text(py, query, "query")?;
+            let body = query_body(&model, &query, fields).map_err(|e| to_pyerr(py, e))?;
+            let transport = self.transport();
+            runtime::run(py, "query", asynchronous, async move {
+                let result = query::run(&transport, body)
+                    .await
+                    .map(|(parsed, texts, raw)| QueryResult::new(parsed, texts, raw));
+                Ok(Outcome(result))
+            })
         })
     }
 
@@ -165,27 +209,32 @@ impl CoreClient {
     fn embed<'py>(
         &self,
         py: Python<'py>,
-        model: String,
+        model: &Bound<'py, PyAny>,
         data: &Bound<'py, PyAny>,
         normalize_input: bool,
         fields: &Bound<'py, PyDict>,
         asynchronous: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let build = || -> Result<Bytes, Error> {
-            let event = Bytes::from(super::numeric::channels_json(data, "data")?.json);
-            let mut map = fields_map(fields)?;
-            if normalize_input {
-                map.insert("normalize_input".into(), Value::Bool(true));
-            }
-            query::build_request(&model, "", map, Some(vec![event]))
-        };
-        let body = build().map_err(|e| to_pyerr(py, e))?;
-        let transport = self.transport();
-        runtime::run(py, asynchronous, async move {
-            let result = query::run_embeddings(&transport, body).await.map(|(matrix, warnings, query_id, raw)| {
-                EmbeddingsData { matrix, warnings, query_id, raw }
-            });
-            Ok(Outcome(result))
+        guard("embed", || {
+            let model = text(py, model, "model")?;
+            let build = || -> Result<(Bytes, usize), Error> {
+                let channels = super::numeric::channels_json(data, "data")?;
+                let count = channels.channels;
+                let event = Bytes::from(channels.json);
+                let mut map = fields_map(fields)?;
+                if normalize_input {
+                    map.insert("normalize_input".into(), Value::Bool(true));
+                }
+                Ok((query::build_request(&model, "", map, Some(vec![event]))?, count))
+            };
+            let (body, channels) = build().map_err(|e| to_pyerr(py, e))?;
+            let transport = self.transport();
+            runtime::run(py, "embed", asynchronous, async move {
+                let result = query::run_embeddings(&transport, body, channels).await.map(
+                    |(matrix, warnings, query_id, raw)| EmbeddingsData { matrix, warnings, query_id, raw },
+                );
+                Ok(Outcome(result))
+            })
         })
     }
 
@@ -206,56 +255,69 @@ impl CoreClient {
         tick: Option<Bound<'py, PyAny>>,
         asynchronous: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let build = || -> Result<UploadOptions, Error> {
-            Ok(UploadOptions {
-                method: UploadMethod::parse(method)?,
-                content_type: content_type.clone(),
-                direct_threshold: match direct_threshold {
-                    None => files::DEFAULT_DIRECT_THRESHOLD,
-                    Some(n) => u64::try_from(n).map_err(|_| {
-                        Error::invalid_argument("direct_threshold", format!("is {n}; it takes a size in bytes (0 or more)"))
-                    })?,
-                },
-                direct: DirectUploadOptions {
-                    resume,
-                    concurrency: match concurrency {
-                        None => upload::DEFAULT_CONCURRENCY,
-                        Some(n) if (1..=256).contains(&n) => n as usize,
-                        Some(n) => {
-                            return Err(Error::invalid_argument("concurrency", format!("is {n}; it takes 1 to 256 parts in flight")))
-                        }
+        guard("files.upload", || {
+            let build = || -> Result<UploadOptions, Error> {
+                Ok(UploadOptions {
+                    method: UploadMethod::parse(method)?,
+                    content_type: content_type.clone(),
+                    direct_threshold: match direct_threshold {
+                        None => files::DEFAULT_DIRECT_THRESHOLD,
+                        Some(n) => u64::try_from(n).map_err(|_| {
+                            Error::invalid_argument("direct_threshold", format!("is {n}; it takes a size in bytes (0 or more)"))
+                        })?,
                     },
-                    content_type,
-                },
+                    direct: DirectUploadOptions {
+                        resume,
+                        concurrency: match concurrency {
+                            None => upload::DEFAULT_CONCURRENCY,
+                            Some(n) if (1..=256).contains(&n) => n as usize,
+                            Some(n) => {
+                                return Err(Error::invalid_argument(
+                                    "concurrency",
+                                    format!("is {n}; it takes 1 to 256 parts in flight"),
+                                ))
+                            }
+                        },
+                        content_type,
+                    },
+                })
+            };
+            let opts = build().map_err(|e| to_pyerr(py, e))?;
+            let transport = self.transport();
+            let progress = progress.get().inner.clone();
+            runtime::run_ticking(py, "files.upload", asynchronous, tick.as_ref(), async move {
+                Ok(Outcome(files::upload_file(&transport, &path, &opts, progress).await.map(Json)))
             })
-        };
-        let opts = build().map_err(|e| to_pyerr(py, e))?;
-        let transport = self.transport();
-        let progress = progress.get().inner.clone();
-        runtime::run_ticking(py, asynchronous, tick.as_ref(), async move {
-            Ok(Outcome(files::upload_file(&transport, &path, &opts, progress).await.map(Json)))
         })
     }
 
     #[pyo3(signature = (upload_id, asynchronous))]
-    fn abort_upload<'py>(&self, py: Python<'py>, upload_id: String, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
-        let transport = self.transport();
-        runtime::run(py, asynchronous, async move { Ok(Outcome(upload::abort(&transport, &upload_id).await)) })
+    fn abort_upload<'py>(&self, py: Python<'py>, upload_id: &Bound<'py, PyAny>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
+        guard("files.abort_upload", || {
+            let upload_id = text(py, upload_id, "upload_id")?;
+            let transport = self.transport();
+            runtime::run(py, "files.abort_upload", asynchronous, async move {
+                Ok(Outcome(upload::abort(&transport, &upload_id).await))
+            })
+        })
     }
 
     #[pyo3(signature = (name, data, content_type, asynchronous))]
     fn upload_base64<'py>(
         &self,
         py: Python<'py>,
-        name: String,
+        name: &Bound<'py, PyAny>,
         data: Vec<u8>,
         content_type: Option<String>,
         asynchronous: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let transport = self.transport();
-        runtime::run(py, asynchronous, async move {
-            let result = files::upload_base64(&transport, &name, &data, content_type.as_deref()).await;
-            Ok(Outcome(result.and_then(to_json)))
+        guard("files.upload_base64", || {
+            let name = text(py, name, "name")?;
+            let transport = self.transport();
+            runtime::run(py, "files.upload_base64", asynchronous, async move {
+                let result = files::upload_base64(&transport, &name, &data, content_type.as_deref()).await;
+                Ok(Outcome(result.and_then(to_json)))
+            })
         })
     }
 
@@ -264,57 +326,75 @@ impl CoreClient {
     fn list_files<'py>(
         &self,
         py: Python<'py>,
-        file_types: Vec<String>,
-        sort: Option<String>,
-        order: Option<String>,
-        limit: Option<u32>,
+        file_types: Vec<Bound<'py, PyAny>>,
+        sort: Option<Bound<'py, PyAny>>,
+        order: Option<Bound<'py, PyAny>>,
+        limit: Option<Bound<'py, PyAny>>,
         cursor: Option<String>,
         asynchronous: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let transport = self.transport();
-        let opts = ListOptions { file_types, sort, order, limit };
-        runtime::run(py, asynchronous, async move {
-            let result = files::list_page(&transport, &opts, cursor.as_deref()).await;
-            Ok(Outcome(result.and_then(to_json)))
+        guard("files.list", || {
+            let transport = self.transport();
+            let opts = ListOptions {
+                file_types: file_types.iter().map(|t| text(py, t, "file_type")).collect::<PyResult<_>>()?,
+                sort: opt_text(py, sort.as_ref(), "sort")?,
+                order: opt_text(py, order.as_ref(), "order")?,
+                limit: opt_int(py, limit.as_ref(), "limit")?,
+            };
+            runtime::run(py, "files.list", asynchronous, async move {
+                let result = files::list_page(&transport, &opts, cursor.as_deref()).await;
+                Ok(Outcome(result.and_then(to_json)))
+            })
         })
     }
 
     #[pyo3(signature = (file_id, asynchronous))]
-    fn file_metadata<'py>(&self, py: Python<'py>, file_id: String, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
-        let transport = self.transport();
-        runtime::run(py, asynchronous, async move {
-            Ok(Outcome(files::metadata(&transport, &file_id).await.map(Json)))
+    fn file_metadata<'py>(&self, py: Python<'py>, file_id: &Bound<'py, PyAny>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
+        guard("files.metadata", || {
+            let file_id = text(py, file_id, "file_id")?;
+            let transport = self.transport();
+            runtime::run(py, "files.metadata", asynchronous, async move {
+                Ok(Outcome(files::metadata(&transport, &file_id).await.map(Json)))
+            })
         })
     }
 
     #[pyo3(signature = (asynchronous))]
     fn files_info<'py>(&self, py: Python<'py>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
-        let transport = self.transport();
-        runtime::run(py, asynchronous, async move { Ok(Outcome(files::info(&transport).await.map(Json))) })
+        guard("files.info", || {
+            let transport = self.transport();
+            runtime::run(py, "files.info", asynchronous, async move { Ok(Outcome(files::info(&transport).await.map(Json))) })
+        })
     }
 
     #[pyo3(signature = (file_id, path, progress, tick, asynchronous))]
     fn download_file<'py>(
         &self,
         py: Python<'py>,
-        file_id: String,
+        file_id: &Bound<'py, PyAny>,
         path: PathBuf,
         progress: &Bound<'py, Progress>,
         tick: Option<Bound<'py, PyAny>>,
         asynchronous: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let transport = self.transport();
-        let progress = progress.get().inner.clone();
-        runtime::run_ticking(py, asynchronous, tick.as_ref(), async move {
-            Ok(Outcome(files::download(&transport, &file_id, &path, progress).await))
+        guard("files.download", || {
+            let file_id = text(py, file_id, "file_id")?;
+            let transport = self.transport();
+            let progress = progress.get().inner.clone();
+            runtime::run_ticking(py, "files.download", asynchronous, tick.as_ref(), async move {
+                Ok(Outcome(files::download(&transport, &file_id, &path, progress).await))
+            })
         })
     }
 
     #[pyo3(signature = (file_id, asynchronous))]
-    fn delete_file<'py>(&self, py: Python<'py>, file_id: String, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
-        let transport = self.transport();
-        runtime::run(py, asynchronous, async move {
-            Ok(Outcome(files::delete(&transport, &file_id).await.and_then(to_json)))
+    fn delete_file<'py>(&self, py: Python<'py>, file_id: &Bound<'py, PyAny>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
+        guard("files.delete", || {
+            let file_id = text(py, file_id, "file_id")?;
+            let transport = self.transport();
+            runtime::run(py, "files.delete", asynchronous, async move {
+                Ok(Outcome(files::delete(&transport, &file_id).await.and_then(to_json)))
+            })
         })
     }
 
@@ -323,18 +403,25 @@ impl CoreClient {
     fn list_models<'py>(
         &self,
         py: Python<'py>,
-        model_family: Option<String>,
-        scope: Option<String>,
-        search: Option<String>,
-        variant: Option<String>,
+        model_family: Option<Bound<'py, PyAny>>,
+        scope: Option<Bound<'py, PyAny>>,
+        search: Option<Bound<'py, PyAny>>,
+        variant: Option<Bound<'py, PyAny>>,
         cursor: Option<String>,
         asynchronous: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let transport = self.transport();
-        let filters = ModelFilters { model_family, scope, search, variant };
-        runtime::run(py, asynchronous, async move {
-            let result = models::list_page(&transport, &filters, cursor.as_deref()).await;
-            Ok(Outcome(result.and_then(to_json)))
+        guard("models.list", || {
+            let transport = self.transport();
+            let filters = ModelFilters {
+                model_family: opt_text(py, model_family.as_ref(), "model_family")?,
+                scope: opt_text(py, scope.as_ref(), "scope")?,
+                search: opt_text(py, search.as_ref(), "search")?,
+                variant: opt_text(py, variant.as_ref(), "variant")?,
+            };
+            runtime::run(py, "models.list", asynchronous, async move {
+                let result = models::list_page(&transport, &filters, cursor.as_deref()).await;
+                Ok(Outcome(result.and_then(to_json)))
+            })
         })
     }
 }

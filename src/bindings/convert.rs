@@ -70,6 +70,29 @@ fn float(v: f64, path: &str) -> Result<Value, Error> {
     })
 }
 
+/// A `str` argument. Another type is a `TypeError` naming the argument; a str that cannot be
+/// sent as UTF-8 (a lone surrogate such as `"\ud800"`) an `InvalidArgumentError`, before
+/// anything is sent.
+pub fn text_arg(obj: &Bound<'_, PyAny>, arg: &str) -> Result<String, TextArgError> {
+    let s = obj
+        .cast::<PyString>()
+        .map_err(|_| TextArgError::Type(format!("{arg}: expected a str, got {}", type_name(obj))))?;
+    s.to_str().map(str::to_owned).map_err(|_| {
+        TextArgError::Invalid(Error::invalid_argument(
+            arg,
+            "contains a character that cannot be encoded as UTF-8 (a lone surrogate such as '\\ud800', \
+             often from decoding bytes with errors='surrogateescape'); clean it first, e.g. \
+             text.encode('utf-8', 'replace').decode('utf-8')",
+        ))
+    })
+}
+
+/// Why a `str` argument was refused.
+pub enum TextArgError {
+    Type(String),
+    Invalid(Error),
+}
+
 pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "object".into())
 }

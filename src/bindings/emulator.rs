@@ -87,7 +87,7 @@ impl EmulatorServer {
                 None => defaults.upload_url_ttl,
             },
         };
-        let emulator = runtime::wait(py, async move {
+        let emulator = runtime::wait(py, "Emulator()", async move {
             Emulator::start(opts)
                 .await
                 .map_err(|e| PyOSError::new_err(format!("could not start the sensorium emulator: {e}")))
@@ -199,7 +199,7 @@ impl EmulatorServer {
     /// Stops the server, closes its connections and removes its data. Safe to call twice.
     fn stop(&self, py: Python<'_>) -> PyResult<()> {
         let emulator = self.emulator.clone();
-        runtime::wait(py, async move {
+        runtime::wait(py, "Emulator.stop", async move {
             emulator.shutdown().await;
             Ok(())
         })

@@ -1,6 +1,10 @@
 //! Maps `client::Error` onto the exception classes of `sensorium.errors`.
 
-use pyo3::exceptions::{PyOSError, PyRuntimeError};
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::Once;
+
+use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use pyo3::IntoPyObjectExt;
@@ -103,6 +107,65 @@ where
     }
 }
 
-pub fn runtime_error(message: impl Into<String>) -> PyErr {
-    PyRuntimeError::new_err(message.into())
+// `sensorium.errors.InternalError`, imported lazily: a `PyErr` of it can be made on any thread
+// without the GIL, which a panic caught on an I/O worker needs.
+pyo3::import_exception!(sensorium.errors, InternalError);
+
+/// The exception a caught panic becomes: a `SensoriumError` (never `PanicException`, which
+/// `except Exception` does not catch, nor a bare `RuntimeError`) that says it is a bug and names
+/// the call. The panic itself was logged by the hook `install_panic_hook` sets.
+pub fn internal_error(call: &str, detail: &str) -> PyErr {
+    InternalError::new_err(format!(
+        "sensorium bug: {call} failed with an internal error ({}); the 'sensorium' logger has the \
+         details. Please report it.",
+        crate::client::error::truncate(detail, 300)
+    ))
+}
+
+/// The text of a panic's payload.
+pub fn panic_detail(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic".to_string()
+    }
+}
+
+/// Runs `f` (a binding's argument conversion and set-up), turning a panic into `InternalError`
+/// naming `call`.
+pub fn guard<T>(call: &str, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| Err(internal_error(call, &panic_detail(&*payload))))
+}
+
+/// Logs every panic in this library once, at error level, through the `sensorium` logger,
+/// instead of Rust's default backtrace on stderr. The hook belongs to this extension's copy of
+/// the standard library, so other Rust extensions in the process keep theirs.
+pub fn install_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            log::error!("internal error (a bug in sensorium; please report it): {info}");
+        }));
+    });
+}
+
+/// Panics on purpose, in the binding itself (`place="call"`) or in its I/O task (`"task"`), so
+/// the test suite can show that no panic reaches Python. Not public API.
+#[pyfunction]
+#[pyo3(name = "_panic_for_tests", signature = (place, asynchronous))]
+pub fn panic_for_tests<'py>(py: Python<'py>, place: &str, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
+    guard("_panic_for_tests", || {
+        if place == "call" {
+            panic!("deliberate panic in the binding (test)");
+        }
+        super::runtime::run(py, "_panic_for_tests", asynchronous, async move {
+            let fail = true;
+            if fail {
+                panic!("deliberate panic in the I/O task (test)");
+            }
+            Ok(())
+        })
+    })
 }

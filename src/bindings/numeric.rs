@@ -153,7 +153,7 @@ fn write_int<T: itoa::Integer>(out: &mut Vec<u8>, v: T) -> bool {
 /// The embedding matrix as a (rows, cols) float32 array that owns the parsed buffer.
 pub fn embeddings_array<'py>(py: Python<'py>, m: EmbeddingMatrix) -> PyResult<Bound<'py, PyArray2<f32>>> {
     let array = Array2::from_shape_vec((m.rows, m.cols), m.data)
-        .map_err(|e| super::errors::runtime_error(format!("embedding shape mismatch: {e}")))?;
+        .map_err(|e| super::errors::internal_error("building the embeddings array", &e.to_string()))?;
     Ok(PyArray2::from_owned_array(py, array))
 }
 

@@ -45,9 +45,10 @@ pub struct QueryResult {
 }
 
 impl QueryResult {
-    pub fn new(response: QueryResponse, raw: Bytes) -> Self {
+    /// `texts` are the answer's outputs, already checked (`client::query::output_texts`).
+    pub fn new(response: QueryResponse, texts: Vec<String>, raw: Bytes) -> Self {
         QueryResult {
-            texts: output_texts(&response),
+            texts,
             warnings: warnings(&response),
             status: response.status,
             query_id: response.query_id,
@@ -81,8 +82,11 @@ impl QueryResult {
     #[staticmethod]
     fn from_json(py: Python<'_>, body: Vec<u8>) -> PyResult<Self> {
         let raw = Bytes::from(body);
-        let parsed = crate::client::transport::decode_json("", &raw).map_err(|e| super::errors::to_pyerr(py, e))?;
-        Ok(QueryResult::new(parsed, raw))
+        let parsed: QueryResponse =
+            crate::client::transport::decode_json("", &raw).map_err(|e| super::errors::to_pyerr(py, e))?;
+        let texts = output_texts(&parsed)
+            .map_err(|problem| super::errors::to_pyerr(py, crate::client::Error::unexpected("", problem, &raw)))?;
+        Ok(QueryResult::new(parsed, texts, raw))
     }
 
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>,))> {
@@ -175,7 +179,7 @@ impl Embeddings {
     #[staticmethod]
     fn from_json<'py>(py: Python<'py>, body: Vec<u8>) -> PyResult<Bound<'py, Embeddings>> {
         let raw = Bytes::from(body);
-        let data = crate::client::query::parse_embeddings(&raw).map_err(|e| super::errors::to_pyerr(py, e))?;
+        let data = crate::client::query::parse_embeddings(&raw, None).map_err(|e| super::errors::to_pyerr(py, e))?;
         EmbeddingsData { matrix: data.0, warnings: data.1, query_id: data.2, raw }.into_pyobject(py)
     }
 

@@ -29,6 +29,8 @@ use pyo3_async_runtimes::generic::{self, ContextExt, Runtime};
 use pyo3_async_runtimes::TaskLocals;
 use tokio::runtime::Runtime as TokioRuntime;
 
+use super::errors::{internal_error, panic_detail};
+
 /// How long a blocking wait sleeps (without the GIL) before checking for signals.
 const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -103,12 +105,23 @@ fn worker_threads() -> usize {
 /// Runs `fut` on the runtime and waits for it with the GIL released, checking for signals
 /// between short slices so Ctrl-C raises `KeyboardInterrupt` promptly. On a signal the task is
 /// aborted, which drops the in-flight request.
-pub fn wait<F, T>(py: Python<'_>, fut: F) -> PyResult<T>
+pub fn wait<F, T>(py: Python<'_>, call: &'static str, fut: F) -> PyResult<T>
 where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: Send + 'static,
 {
-    wait_ticking(py, fut, None)
+    wait_ticking(py, call, fut, None)
+}
+
+/// `fut`, with a panic inside it turned into `InternalError` naming `call`: no panic crosses
+/// into Python, whichever thread it happens on.
+fn contain_panics<F, T>(call: &'static str, fut: F) -> impl Future<Output = PyResult<T>> + Send + 'static
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+{
+    AssertUnwindSafe(fut).catch_unwind().map(move |outcome| {
+        outcome.unwrap_or_else(|payload| Err(internal_error(call, &panic_detail(&*payload))))
+    })
 }
 
 /// How often a long transfer reports progress to Python.
@@ -122,13 +135,14 @@ pub const TICK_INTERVAL: Duration = Duration::from_millis(200);
 /// `timeout` slice, GIL released): on the 2-core VM the in-place variant had the same median
 /// latency but more context switches per call (about 7 vs 5; the I/O driver stays on a worker,
 /// which then has to wake this thread), so the spawn path stays.
-pub fn wait_ticking<F, T>(py: Python<'_>, fut: F, tick: Option<&Bound<'_, PyAny>>) -> PyResult<T>
+pub fn wait_ticking<F, T>(py: Python<'_>, call: &'static str, fut: F, tick: Option<&Bound<'_, PyAny>>) -> PyResult<T>
 where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: Send + 'static,
 {
     let rt = runtime()?;
     let (tx, rx) = mpsc::sync_channel(1);
+    let fut = contain_panics(call, fut);
     let task = rt.spawn(async move {
         let _ = tx.send(fut.await);
     });
@@ -141,9 +155,7 @@ where
         match polled {
             Ok(result) => return result,
             Err(RecvTimeoutError::Disconnected) => {
-                return Err(pyo3::exceptions::PyRuntimeError::new_err(
-                    "sensorium: the I/O task ended without a result (it panicked); this is a bug",
-                ))
+                return Err(internal_error(call, "the I/O task ended without a result"))
             }
             Err(RecvTimeoutError::Timeout) => {
                 if let Err(err) = py.check_signals() {
@@ -171,15 +183,16 @@ where
 /// Rust value, the loop thread converts it. No tokio thread ever takes the GIL. Loops that cannot
 /// host the queue (not weak-referenceable, or without `add_reader`, like the Windows proactor)
 /// fall back to pyo3-async-runtimes' per-request bridge.
-pub fn awaitable<'py, F, T>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+pub fn awaitable<'py, F, T>(py: Python<'py>, call: &'static str, fut: F) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
     let rt = runtime()?;
+    let fut = contain_panics(call, fut);
     let event_loop = running_loop(py)?;
     let Some(bridge) = LoopBridge::for_loop(py, &event_loop)? else {
-        return generic::future_into_py::<ProcessRuntime, F, T>(py, fut);
+        return generic::future_into_py::<ProcessRuntime, _, T>(py, fut);
     };
     let future = event_loop.call_method0(intern!(py, "create_future"))?;
     let bridge_ref = bridge.get();
@@ -187,23 +200,13 @@ where
     bridge_ref.pending.lock().insert(id, future.clone().unbind());
     let shared = bridge_ref.shared.clone();
     let task = rt.spawn(async move {
-        // A panic in the request must become an exception on the future, not a lost result.
-        let outcome = AssertUnwindSafe(fut).catch_unwind().await;
-        let completion: Completion = match outcome {
-            Ok(result) => Box::new(move |py: Python<'_>| result.and_then(|v| v.into_py_any(py))),
-            Err(_) => Box::new(|_py: Python<'_>| Err(panicked())),
-        };
+        let result = fut.await;
+        let completion: Completion = Box::new(move |py: Python<'_>| result.and_then(|v| v.into_py_any(py)));
         shared.push(id, completion);
     });
     let on_done = CancelOnDone { bridge: bridge.unbind(), id, abort: task.abort_handle() };
     future.call_method1(intern!(py, "add_done_callback"), (on_done,))?;
     Ok(future)
-}
-
-fn panicked() -> PyErr {
-    pyo3::exceptions::PyRuntimeError::new_err(
-        "sensorium: the I/O task ended without a result (it panicked); this is a bug",
-    )
 }
 
 /// The running loop, or a RuntimeError that says what the caller did wrong.
@@ -338,7 +341,7 @@ impl LoopBridge {
             };
             let future = future.bind(py);
             let converted = std::panic::catch_unwind(AssertUnwindSafe(|| completion(py)))
-                .unwrap_or_else(|_| Err(panicked()));
+                .unwrap_or_else(|payload| Err(internal_error("converting a result", &panic_detail(&*payload))));
             let settled = match converted {
                 Ok(value) => future.call_method1(intern!(py, "set_result"), (value,)),
                 Err(err) => future.call_method1(intern!(py, "set_exception"), (err.into_value(py),)),
@@ -376,17 +379,19 @@ impl CancelOnDone {
 
 /// Either blocks (sync client) or returns an awaitable (async client) for the same future, so
 /// every binding is written once.
-pub fn run<'py, F, T>(py: Python<'py>, asynchronous: bool, fut: F) -> PyResult<Bound<'py, PyAny>>
+/// `call` names the operation in the `InternalError` a panic would become.
+pub fn run<'py, F, T>(py: Python<'py>, call: &'static str, asynchronous: bool, fut: F) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
-    run_ticking(py, asynchronous, None, fut)
+    run_ticking(py, call, asynchronous, None, fut)
 }
 
 /// `run`, with a progress tick for the blocking case (async callers poll on their own loop).
 pub fn run_ticking<'py, F, T>(
     py: Python<'py>,
+    call: &'static str,
     asynchronous: bool,
     tick: Option<&Bound<'py, PyAny>>,
     fut: F,
@@ -397,9 +402,9 @@ where
 {
     super::logging::sync_level(py);
     if asynchronous {
-        awaitable(py, fut)
+        awaitable(py, call, fut)
     } else {
-        let value = wait_ticking(py, fut, tick)?;
+        let value = wait_ticking(py, call, fut, tick)?;
         value.into_py_any(py).map(|v| v.into_bound(py))
     }
 }

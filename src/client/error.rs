@@ -6,7 +6,15 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::secret::ApiKey;
 use crate::wire::errors::ErrorObject;
+
+/// The longest piece of server text (one error entry, a suggestion, a worker's `error_msg`) an
+/// exception message carries. Whole bodies stay on the exception's `body`; a message is for
+/// reading, and a 10 MB `detail` in a traceback helps nobody.
+pub const MESSAGE_LIMIT: usize = 500;
+/// The longest summary of all entries of one error body.
+pub const SUMMARY_LIMIT: usize = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -26,13 +34,13 @@ pub enum Error {
     #[error("{0}")]
     Config(String),
     /// `/query` answered 200 with `status: "failed"`.
-    #[error("query {query_id} failed: {error_msg}")]
+    #[error("query {query_id} failed: {}", truncate(.error_msg, MESSAGE_LIMIT))]
     QueryFailed { query_id: String, error_msg: String, response: Value },
     /// A local file could not be read or written.
     #[error("{path}: {source}")]
     Io { path: String, #[source] source: std::io::Error },
     /// A 2xx body that is not what the spec says.
-    #[error("unexpected response from {url}: {message}")]
+    #[error("unexpected response from {url}: {}", truncate(.message, MESSAGE_LIMIT))]
     Decode { url: String, message: String, body: String },
     /// An upload or download stopped part-way; `resumable` says whether calling again
     /// continues it.
@@ -55,6 +63,52 @@ impl Error {
             Error::Api(api) => api.is_retryable(),
             Error::Connection { .. } | Error::Timeout { .. } => true,
             _ => false,
+        }
+    }
+
+    /// The same error with every occurrence of `key` taken out of its texts and payloads. Servers
+    /// echo keys (lens session records carry the caller's), and whatever they echo must not
+    /// reach a message, a traceback, an attribute or a pickle.
+    pub fn redacted(self, key: &ApiKey) -> Error {
+        let text = |s: String| key.redact_in(&s);
+        match self {
+            Error::Api(mut api) => {
+                api.body = text(api.body);
+                api.url = text(api.url);
+                if let Some(json) = api.json.as_mut() {
+                    key.redact_value(json);
+                }
+                for entry in &mut api.errors {
+                    for field in [&mut entry.code, &mut entry.message, &mut entry.suggestion, &mut entry.error_uid] {
+                        if let Some(value) = field.take() {
+                            *field = Some(text(value));
+                        }
+                    }
+                }
+                Error::Api(api)
+            }
+            Error::Connection { message } => Error::Connection { message: text(message) },
+            Error::Timeout { message } => Error::Timeout { message: text(message) },
+            Error::QueryFailed { query_id, error_msg, mut response } => {
+                key.redact_value(&mut response);
+                Error::QueryFailed { query_id: text(query_id), error_msg: text(error_msg), response }
+            }
+            Error::Decode { url, message, body } => {
+                Error::Decode { url: text(url), message: text(message), body: text(body) }
+            }
+            Error::Transfer { message, resumable, upload_id } => {
+                Error::Transfer { message: text(message), resumable, upload_id }
+            }
+            other @ (Error::InvalidArgument { .. } | Error::Config(_) | Error::Io { .. }) => other,
+        }
+    }
+
+    /// A 2xx answer whose body is not what the spec promises; the whole body is kept.
+    pub fn unexpected(url: &str, message: impl Into<String>, body: &[u8]) -> Self {
+        Error::Decode {
+            url: url.to_string(),
+            message: message.into(),
+            body: String::from_utf8_lossy(body).into_owned(),
         }
     }
 
@@ -112,15 +166,16 @@ impl ApiError {
             .any(|c| c.eq_ignore_ascii_case(code))
     }
 
-    /// A one-line summary: the message of every entry, each with its code.
+    /// A one-line summary: the message of every entry, each with its code, bounded in length
+    /// (`errors` and `body` keep everything).
     pub fn summary(&self) -> String {
         let parts: Vec<String> = self
             .errors
             .iter()
             .map(|e| match (&e.code, &e.message) {
-                (Some(c), Some(m)) => format!("{c}: {m}"),
-                (None, Some(m)) => m.clone(),
-                (Some(c), None) => c.clone(),
+                (Some(c), Some(m)) => format!("{}: {}", truncate(c, 100), truncate(m, MESSAGE_LIMIT)),
+                (None, Some(m)) => truncate(m, MESSAGE_LIMIT),
+                (Some(c), None) => truncate(c, 100),
                 (None, None) => String::new(),
             })
             .filter(|s| !s.is_empty())
@@ -130,10 +185,10 @@ impl ApiError {
             if body.is_empty() {
                 "(empty body)".to_string()
             } else {
-                truncate(body, 500)
+                truncate(body, MESSAGE_LIMIT)
             }
         } else {
-            parts.join("; ")
+            truncate(&parts.join("; "), SUMMARY_LIMIT)
         }
     }
 }
@@ -142,16 +197,17 @@ impl fmt::Display for ApiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {} answered {}: {}", self.method, self.url, self.status, self.summary())?;
         if let Some(s) = self.errors.iter().find_map(|e| e.suggestion.as_deref()) {
-            write!(f, " (suggestion: {s})")?;
+            write!(f, " (suggestion: {})", truncate(s, MESSAGE_LIMIT))?;
         }
         if let Some(uid) = self.errors.iter().find_map(|e| e.error_uid.as_deref()) {
-            write!(f, " [{uid}]")?;
+            write!(f, " [{}]", truncate(uid, 100))?;
         }
         Ok(())
     }
 }
 
-fn truncate(text: &str, max: usize) -> String {
+/// `text` cut to at most `max` bytes (on a character boundary), with `...` when cut.
+pub fn truncate(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();
     }
@@ -160,4 +216,55 @@ fn truncate(text: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}...", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn api(body: String, errors: Vec<ErrorObject>) -> ApiError {
+        ApiError {
+            status: 400,
+            method: "GET".into(),
+            url: "http://h/v0.5/x".into(),
+            errors,
+            body,
+            json: None,
+            retry_after: None,
+            attempt: 1,
+            after_lost_response: false,
+        }
+    }
+
+    #[test]
+    fn messages_are_bounded_whatever_the_body() {
+        let huge = "x".repeat(10_000_000);
+        let entry = ErrorObject { code: Some("c".into()), message: Some(huge.clone()), ..Default::default() };
+        let many = vec![entry.clone(); 50];
+        for err in [api(huge.clone(), vec![]), api(String::new(), many), api(String::new(), vec![entry])] {
+            let text = Error::Api(err).to_string();
+            assert!(text.len() < 2 * SUMMARY_LIMIT, "{}", text.len());
+        }
+        let failed = Error::QueryFailed { query_id: "q".into(), error_msg: huge.clone(), response: Value::Null };
+        assert!(failed.to_string().len() < 2 * MESSAGE_LIMIT);
+        let decode = Error::Decode { url: "u".into(), message: huge, body: String::new() };
+        assert!(decode.to_string().len() < 2 * MESSAGE_LIMIT);
+        assert_eq!(truncate("h\u{e9}llo", 2), "h...", "cuts on a character boundary");
+    }
+
+    #[test]
+    fn redaction_reaches_every_text_and_payload() {
+        let key = ApiKey::new("sk-SECRET-123");
+        let failed = Error::QueryFailed {
+            query_id: "q".into(),
+            error_msg: "worker saw key sk-SECRET-123".into(),
+            response: json!({"error_msg": "sk-SECRET-123", "nested": [{"k": "a sk-SECRET-123 b"}]}),
+        }
+        .redacted(&key);
+        let Error::QueryFailed { error_msg, response, .. } = &failed else { panic!() };
+        assert!(!error_msg.contains("SECRET") && !response.to_string().contains("SECRET"));
+        let decode = Error::unexpected("u", "m", b"{\"api_key\": \"sk-SECRET-123\"}").redacted(&key);
+        assert!(!format!("{decode:?}").contains("SECRET"));
+    }
 }

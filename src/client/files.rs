@@ -230,7 +230,7 @@ pub struct ListOptions {
     pub file_types: Vec<String>,
     pub sort: Option<String>,
     pub order: Option<String>,
-    pub limit: Option<u32>,
+    pub limit: Option<i64>,
 }
 
 pub async fn list_page(transport: &Transport, opts: &ListOptions, cursor: Option<&str>) -> Result<CursorPage<Value>, Error> {

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::error::Error;
-use super::transport::{decode_json, read_body, Call, Transport};
+use super::transport::{decode_json, Call, Transport};
 use crate::wire::files::QUERY_FILE_EXTENSIONS;
 use crate::wire::query::{field_kind, FieldKind, QueryRequest, QueryResponse, EVENT_TYPES};
 
@@ -168,34 +168,34 @@ pub fn check_event(index: usize, event: &Value) -> Result<Bytes, Error> {
         .map_err(|e| Error::invalid_argument(&arg, format!("cannot be serialised: {e}")))
 }
 
-/// Sends a query and returns the parsed response with its raw body. A 200 with
-/// `status: "failed"` becomes `Error::QueryFailed`.
-pub async fn run(transport: &Transport, body: Bytes) -> Result<(QueryResponse, Bytes), Error> {
+/// Sends a query and returns the parsed response, its output strings and its raw body. A 200
+/// with `status: "failed"` becomes `Error::QueryFailed`; a 200 without an output in any layout
+/// the platform has used is an `Error::Decode`, never an empty answer.
+pub async fn run(transport: &Transport, body: Bytes) -> Result<(QueryResponse, Vec<String>, Bytes), Error> {
     let call = Call::post_json(transport.config.url("/query"), body);
     transport
         .execute(&call, |response| async move {
             let url = response.url().to_string();
-            let raw = read_body(response).await?;
+            let raw = transport.body(response).await?;
             let parsed: QueryResponse = decode_json(&url, &raw)?;
-            Ok((parsed, raw))
-        })
-        .await
-        .and_then(|(parsed, raw)| {
             if parsed.status.as_deref() == Some("failed") {
-                let response = serde_json::from_slice(&raw).unwrap_or(Value::Null);
                 return Err(Error::QueryFailed {
                     query_id: parsed.query_id.clone().unwrap_or_default(),
                     error_msg: parsed.error_msg.clone().unwrap_or_else(|| "(no error_msg given)".into()),
-                    response,
+                    response: serde_json::from_slice(&raw).unwrap_or(Value::Null),
                 });
             }
-            Ok((parsed, raw))
+            let texts = output_texts(&parsed).map_err(|problem| Error::unexpected(&url, problem, &raw))?;
+            Ok((parsed, texts, raw))
         })
+        .await
 }
 
 /// The output strings of a reasoning response. The spec puts them at `response.response`;
-/// older payloads put the list at `response` itself, or a plain string.
-pub fn output_texts(response: &QueryResponse) -> Vec<String> {
+/// older payloads put the list at `response` itself, or a plain string. An encoder's rows (a
+/// `query()` with numeric events) come out as their JSON text. No output at all, or one of
+/// another type, is an error naming what was expected.
+pub fn output_texts(response: &QueryResponse) -> Result<Vec<String>, String> {
     fn strings(v: &Value) -> Option<Vec<String>> {
         match v {
             Value::String(s) => Some(vec![s.clone()]),
@@ -211,10 +211,30 @@ pub fn output_texts(response: &QueryResponse) -> Vec<String> {
             _ => None,
         }
     }
-    match &response.response {
-        Value::Object(map) => map.get("response").and_then(strings).unwrap_or_default(),
-        other => strings(other).unwrap_or_default(),
+    let output = match &response.response {
+        Value::Object(map) => map.get("response"),
+        Value::Null => None,
+        other => Some(other),
+    };
+    match output {
+        Some(value) => strings(value).ok_or_else(|| {
+            format!(
+                "response.response should be the model's output, a list of strings, but is {}",
+                describe(value)
+            )
+        }),
+        None => Err(format!(
+            "the answer has no output: expected response.response, a list of strings{}",
+            if response.response.is_null() { String::new() } else { format!(", in {}", describe(&response.response)) }
+        )),
     }
+}
+
+/// A short description of a JSON value for an error message: its type and its start.
+fn describe(value: &Value) -> String {
+    let text = value.to_string();
+    let head = super::error::truncate(&text, 80);
+    format!("{} {head}", json_type(value))
 }
 
 /// Warnings the service attached: `response.warning_messages` and the queue's `error_messages`.
@@ -346,23 +366,29 @@ impl<'de> Visitor<'de> for MatrixVisitor {
 }
 
 /// Sends an encoder query and parses the embeddings. Returns the matrix, the warnings, the
-/// query id and the raw body (for `to_dict()`).
+/// query id and the raw body (for `to_dict()`). `channels` is how many channels were sent: the
+/// answer must hold one 768-number row for each.
 pub async fn run_embeddings(
     transport: &Transport,
     body: Bytes,
+    channels: usize,
 ) -> Result<(EmbeddingMatrix, Vec<String>, Option<String>, Bytes), Error> {
     let call = Call::post_json(transport.config.url("/query"), body);
     transport
         .execute(&call, |response| async move {
-            let raw = read_body(response).await?;
-            let (matrix, warnings, query_id) = parse_embeddings(&raw)?;
+            let raw = transport.body(response).await?;
+            let (matrix, warnings, query_id) = parse_embeddings(&raw, Some(channels))?;
             Ok((matrix, warnings, query_id, raw))
         })
         .await
 }
 
-/// Reads an encoder response body: the matrix, the warnings and the query id.
-pub fn parse_embeddings(raw: &[u8]) -> Result<(EmbeddingMatrix, Vec<String>, Option<String>), Error> {
+/// Reads an encoder response body: the matrix, the warnings and the query id. The matrix must
+/// be (channels, 768): `expected_rows` channels when known (one row per channel sent).
+pub fn parse_embeddings(
+    raw: &[u8],
+    expected_rows: Option<usize>,
+) -> Result<(EmbeddingMatrix, Vec<String>, Option<String>), Error> {
     let parsed: EncoderResponse = match decode_json("/query", raw) {
         Ok(parsed) => parsed,
         // A failed query may carry anything as its payload; its status decides.
@@ -375,11 +401,22 @@ pub fn parse_embeddings(raw: &[u8]) -> Result<(EmbeddingMatrix, Vec<String>, Opt
             response: serde_json::from_slice(raw).unwrap_or(Value::Null),
         });
     }
-    let payload = parsed.response.ok_or_else(|| Error::Decode {
-        url: "/query".into(),
-        message: "the answer has no response.response embeddings".into(),
-        body: String::from_utf8_lossy(&raw[..raw.len().min(2000)]).into_owned(),
-    })?;
+    let payload = parsed
+        .response
+        .ok_or_else(|| Error::unexpected("/query", "the answer has no response.response embeddings", raw))?;
+    let m = &payload.response;
+    let rows_ok = expected_rows.map_or(m.rows > 0, |rows| m.rows == rows);
+    if !rows_ok || m.cols != EMBEDDING_DIM {
+        let wanted = match expected_rows {
+            Some(rows) => format!("({rows}, {EMBEDDING_DIM}), one row per channel sent"),
+            None => format!("(channels, {EMBEDDING_DIM})"),
+        };
+        return Err(Error::unexpected(
+            "/query",
+            format!("the embeddings should be shaped {wanted}, but are ({}, {})", m.rows, m.cols),
+            raw,
+        ));
+    }
     let mut warnings = payload.warning_messages;
     warnings.extend(parsed.error_messages.into_iter().flatten());
     Ok((payload.response, warnings, parsed.query_id))
@@ -398,7 +435,7 @@ fn failed_query(raw: &[u8]) -> Option<Error> {
 /// reporting a parse error.
 fn explain_non_embedding(raw: &[u8]) -> Option<Error> {
     let body: QueryResponse = serde_json::from_slice(raw).ok()?;
-    let texts = output_texts(&body);
+    let texts = output_texts(&body).ok()?;
     let is_text = body
         .response
         .get("response")
@@ -493,9 +530,13 @@ mod tests {
     #[test]
     fn texts_from_every_layout() {
         let mk = |v: Value| QueryResponse { response: v, ..Default::default() };
-        assert_eq!(output_texts(&mk(json!({"response": ["a", "b"]}))), vec!["a", "b"]);
-        assert_eq!(output_texts(&mk(json!(["a"]))), vec!["a"]);
-        assert_eq!(output_texts(&mk(json!("a"))), vec!["a"]);
-        assert!(output_texts(&mk(json!(null))).is_empty());
+        assert_eq!(output_texts(&mk(json!({"response": ["a", "b"]}))).unwrap(), vec!["a", "b"]);
+        assert_eq!(output_texts(&mk(json!(["a"]))).unwrap(), vec!["a"]);
+        assert_eq!(output_texts(&mk(json!("a"))).unwrap(), vec!["a"]);
+        assert_eq!(output_texts(&mk(json!({"response": []}))).unwrap(), Vec::<String>::new());
+        for wrong in [json!(null), json!(42), json!({}), json!({"response": 42}), json!({"response": {"a": 1}})] {
+            let err = output_texts(&mk(wrong.clone())).unwrap_err();
+            assert!(err.contains("response.response"), "{wrong}: {err}");
+        }
     }
 }

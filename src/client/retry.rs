@@ -49,19 +49,30 @@ impl RetryPolicy {
     }
 }
 
-/// `retry-after-ms` (milliseconds), else `Retry-After` as seconds or an HTTP date.
+/// `retry-after-ms` (milliseconds), else `Retry-After` as seconds or an HTTP date. A value too
+/// large for a `Duration` (`1e20`) saturates instead of panicking; the policy's cap (or the
+/// call's timeout) decides what happens to it.
 pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
     if let Some(ms) = header_str(headers, "retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
-        if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
+        if let Some(wait) = saturating_seconds(ms / 1000.0) {
+            return Some(wait);
         }
     }
     let value = header_str(headers, "retry-after")?.trim();
     if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return saturating_seconds(secs);
     }
     let when = httpdate::parse_http_date(value).ok()?;
     Some(when.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+}
+
+/// Seconds as a `Duration`: `None` for NaN and negative numbers, `Duration::MAX` past its range
+/// (infinity included).
+pub fn saturating_seconds(secs: f64) -> Option<Duration> {
+    if secs.is_nan() || secs < 0.0 {
+        return None;
+    }
+    Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -100,6 +111,24 @@ mod tests {
         assert!(d > Duration::from_secs(25) && d <= Duration::from_secs(30), "{d:?}");
         h.insert("retry-after", HeaderValue::from_static("soon"));
         assert_eq!(parse_retry_after(&h), None);
+    }
+
+    #[test]
+    fn huge_and_odd_values_never_panic() {
+        for (name, value, expected) in [
+            ("retry-after", "1e20", Some(Duration::MAX)),
+            ("retry-after", "inf", Some(Duration::MAX)),
+            ("retry-after", "-1", None),
+            ("retry-after", "NaN", None),
+            ("retry-after-ms", "1e23", Some(Duration::MAX)),
+            ("retry-after-ms", "1e300", Some(Duration::MAX)),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(name, HeaderValue::from_static(value));
+            assert_eq!(parse_retry_after(&h), expected, "{name}: {value}");
+        }
+        let p = RetryPolicy::default();
+        assert_eq!(p.delay(1, Some(Duration::MAX)), p.max_retry_after);
     }
 
     #[test]

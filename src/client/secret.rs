@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+const REDACTED: &str = "<redacted>";
+
 /// An API key. `Debug` and `Display` are redacted; the only way to the text is `expose()`,
 /// which the transport calls when it writes the Authorization header.
 #[derive(Clone, PartialEq, Eq)]
@@ -22,7 +24,27 @@ impl ApiKey {
         if self.0.len() < 4 {
             return text.to_string();
         }
-        text.replace(&self.0, "<redacted>")
+        text.replace(&self.0, REDACTED)
+    }
+
+    /// `redact_in` over every string of a JSON value, keys included.
+    pub fn redact_value(&self, value: &mut serde_json::Value) {
+        use serde_json::Value;
+        if self.0.len() < 4 {
+            return;
+        }
+        match value {
+            Value::String(s) if s.contains(&self.0) => *s = self.redact_in(s),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_value(v)),
+            Value::Object(map) => {
+                if map.keys().any(|k| k.contains(&self.0)) {
+                    let entries = std::mem::take(map);
+                    *map = entries.into_iter().map(|(k, v)| (self.redact_in(&k), v)).collect();
+                }
+                map.values_mut().for_each(|v| self.redact_value(v));
+            }
+            _ => {}
+        }
     }
 }
 

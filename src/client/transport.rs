@@ -123,12 +123,29 @@ impl Transport {
                 }
                 Err(err) => Err(err),
             };
+            // Before anything logs or returns it: the server may have echoed the key.
+            let outcome = outcome.map_err(|err| err.redacted(&self.config.api_key));
             if matches!(outcome, Err(Error::Connection { .. } | Error::Timeout { .. })) {
                 lost_response = true;
             }
             match outcome {
                 Ok(value) => return Ok(value),
                 Err(err) if err.is_retryable() && attempt <= policy.max_retries => {
+                    if let Some(limit) = self.attempt_deadline(call) {
+                        if err.retry_after().is_some_and(|wait| wait > limit) {
+                            // `timeout` bounds one attempt; a caller who allows 2 s per attempt
+                            // does not expect to sleep a minute between them. The error carries
+                            // `retry_after`, so the caller can come back when the server says.
+                            log::debug!(
+                                "{} {} attempt {}: the server asks to wait longer than the {:.1}s timeout; giving up",
+                                call.method,
+                                call.url,
+                                attempt,
+                                limit.as_secs_f64()
+                            );
+                            return Err(err);
+                        }
+                    }
                     let delay = policy.delay(attempt, err.retry_after());
                     log::debug!(
                         "{} {} attempt {} failed ({}); retrying in {:.3}s",
@@ -148,17 +165,26 @@ impl Transport {
         }
     }
 
+    /// The deadline of one attempt of `call`: the `timeout` option, except for transfers, which
+    /// are bounded by the stall timeout instead.
+    fn attempt_deadline(&self, call: &Call) -> Option<Duration> {
+        if call.streaming {
+            None
+        } else {
+            self.config.timeouts.total
+        }
+    }
+
+    /// Reads a whole 2xx body under the stall timeout.
+    pub async fn body(&self, response: Response) -> Result<Bytes, Error> {
+        read_body(response, self.config.timeouts.read).await
+    }
+
     /// `execute` with the body parsed as JSON into `T`.
     pub async fn json<T: DeserializeOwned>(&self, call: &Call) -> Result<T, Error> {
-        // A transfer has no overall deadline, so its (small) answer is bounded by the stall
-        // timeout instead; other calls are already bounded by the per-attempt deadline.
-        let stall = call.streaming.then_some(self.config.timeouts.read);
         self.execute(call, |response| async move {
             let url = response.url().to_string();
-            let body = match stall {
-                Some(limit) => read_body_with_stall(response, limit).await?,
-                None => read_body(response).await?,
-            };
+            let body = self.body(response).await?;
             decode_json(&url, &body)
         })
         .await
@@ -176,10 +202,8 @@ impl Transport {
         if !call.query.is_empty() {
             request = request.query(&call.query);
         }
-        if !call.streaming {
-            if let Some(total) = cfg.timeouts.total {
-                request = request.timeout(total);
-            }
+        if let Some(total) = self.attempt_deadline(call) {
+            request = request.timeout(total);
         }
         request = match &call.body {
             RequestBody::Empty => request,
@@ -283,7 +307,7 @@ impl Transport {
     async fn api_error(&self, call: &Call, response: Response) -> ApiError {
         let status = response.status().as_u16();
         let retry_after = parse_retry_after(response.headers());
-        let raw = match read_body(response).await {
+        let raw = match read_body(response, self.config.timeouts.read).await {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(err) => format!("(error body unreadable: {err})"),
         };
@@ -377,44 +401,49 @@ async fn file_range_stream(
     }))
 }
 
-/// Reads a whole body, turning a cut-off body into a retryable connection error.
-pub async fn read_body(response: Response) -> Result<Bytes, Error> {
+/// Reads a whole body. A body cut off mid-way is a retryable connection error, and one that
+/// stops arriving for `stall` (the `read_timeout` option) a timeout: every body read is bounded
+/// by it, so a server that sends headers and then goes quiet cannot hold a call forever, even
+/// with `timeout=None`.
+pub async fn read_body(mut response: Response, stall: Duration) -> Result<Bytes, Error> {
     let url = response.url().to_string();
-    response.bytes().await.map_err(|e| {
+    let cut = |e: reqwest::Error| {
+        let message = format!("reading the response from {url}: {}", error_chain(&e));
         if e.is_timeout() {
-            Error::Timeout { message: format!("reading the response from {url}: {}", error_chain(&e)) }
+            Error::Timeout { message }
         } else {
-            Error::Connection { message: format!("reading the response from {url}: {}", error_chain(&e)) }
+            Error::Connection { message }
         }
-    })
-}
-
-/// Reads a whole body, failing with a timeout when no bytes arrive for `limit`.
-pub async fn read_body_with_stall(mut response: Response, limit: Duration) -> Result<Bytes, Error> {
-    let url = response.url().to_string();
-    let mut body = bytes::BytesMut::new();
+    };
+    let stalled = || Error::Timeout {
+        message: format!("reading the response from {url}: no data for {:.1}s (read_timeout)", stall.as_secs_f64()),
+    };
+    // Most bodies arrive in one chunk: hand that chunk on without copying it.
+    let first = match tokio::time::timeout(stall, response.chunk()).await.map_err(|_| stalled())? {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(Bytes::new()),
+        Err(e) => return Err(cut(e)),
+    };
+    let mut body: Option<bytes::BytesMut> = None;
     loop {
-        let chunk = tokio::time::timeout(limit, response.chunk()).await.map_err(|_| Error::Timeout {
-            message: format!("reading the response from {url}: no data for {:.0}s (read_timeout)", limit.as_secs_f64()),
-        })?;
-        match chunk {
-            Ok(Some(bytes)) => body.extend_from_slice(&bytes),
-            Ok(None) => return Ok(body.freeze()),
-            Err(e) => {
-                return Err(Error::Connection {
-                    message: format!("reading the response from {url}: {}", error_chain(&e)),
-                })
+        match tokio::time::timeout(stall, response.chunk()).await.map_err(|_| stalled())? {
+            Ok(Some(bytes)) => {
+                let buffer = body.get_or_insert_with(|| {
+                    let hint = response.content_length().unwrap_or(0) as usize;
+                    let mut b = bytes::BytesMut::with_capacity(hint.max(first.len() + bytes.len()));
+                    b.extend_from_slice(&first);
+                    b
+                });
+                buffer.extend_from_slice(&bytes);
             }
+            Ok(None) => return Ok(body.map_or(first, bytes::BytesMut::freeze)),
+            Err(e) => return Err(cut(e)),
         }
     }
 }
 
 pub fn decode_json<T: DeserializeOwned>(url: &str, body: &[u8]) -> Result<T, Error> {
-    serde_json::from_slice(body).map_err(|e| Error::Decode {
-        url: url.to_string(),
-        message: e.to_string(),
-        body: String::from_utf8_lossy(&body[..body.len().min(2000)]).into_owned(),
-    })
+    serde_json::from_slice(body).map_err(|e| Error::unexpected(url, e.to_string(), body))
 }
 
 /// `err` and its sources on one line: reqwest's top-level message alone ("error sending

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::error::Error;
 use super::resume_state::{Fingerprint, ResumeRecord, ResumeState};
-use super::transport::{read_body_with_stall, Call, RequestBody, Transport};
+use super::transport::{read_body, Call, RequestBody, Transport};
 use crate::wire::files::mime_for_name;
 use crate::wire::uploads::{
     CompleteResponse, InitiateRequest, InitiateResponse, PartTarget, PartToken, PartUrlsRequest,
@@ -240,14 +240,14 @@ async fn send_all_parts(
 
 /// A part with its byte range resolved.
 #[derive(Debug, Clone)]
-struct PartRange {
+pub(crate) struct PartRange {
     number: u32,
     url: String,
     offset: u64,
     len: u64,
 }
 
-fn part_ranges(started: &InitiateResponse, num_bytes: u64) -> Result<Vec<PartRange>, Error> {
+pub(crate) fn part_ranges(started: &InitiateResponse, num_bytes: u64) -> Result<Vec<PartRange>, Error> {
     let part_size = started.part_size;
     started
         .parts
@@ -255,7 +255,9 @@ fn part_ranges(started: &InitiateResponse, num_bytes: u64) -> Result<Vec<PartRan
         .map(|p: &PartTarget| {
             let offset = match (p.offset, part_size) {
                 (Some(o), _) => o,
-                (None, Some(size)) => u64::from(p.part_number.saturating_sub(1)) * size,
+                // Saturating: a server's part number times its part size can exceed u64, and
+                // then lies past the file, which the check below reports.
+                (None, Some(size)) => u64::from(p.part_number.saturating_sub(1)).saturating_mul(size),
                 (None, None) => 0,
             };
             let len = match (p.length, part_size) {
@@ -341,7 +343,7 @@ async fn part_token(number: u32, response: reqwest::Response, stall: std::time::
         .get(reqwest::header::ETAG)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let _ = read_body_with_stall(response, stall).await?;
+    let _ = read_body(response, stall).await?;
     let token = etag.ok_or_else(|| Error::Decode {
         url,
         message: format!("part {number} was stored but the answer carried no ETag"),

@@ -159,3 +159,9 @@ fn origin(addr: SocketAddr) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// The emulator's `/query` request parser, for the fuzz targets in `crate::fuzz`.
+#[cfg(test)]
+pub(crate) fn fuzz_parse_query(raw: &[u8]) -> bool {
+    query::validate::parse(raw).is_ok()
+}

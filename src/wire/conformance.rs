@@ -40,7 +40,7 @@ fn query_response_table() {
     assert_eq!(r.gpq_node.as_deref(), Some("gpq-node-12"));
     assert_eq!(r.inference_time_sec, Some(1.3));
     assert_eq!(r.response_timestamp, Some(1760000001.5));
-    assert_eq!(output_texts(&r), vec!["The belt stopped twice."]);
+    assert_eq!(output_texts(&r).unwrap(), vec!["The belt stopped twice."]);
     assert_eq!(warnings(&r), vec!["queue: retried on another node"]);
 }
 

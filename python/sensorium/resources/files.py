@@ -41,8 +41,10 @@ def _file_types(file_type: str | Sequence[str] | None) -> list[str]:
     if file_type is None:
         return []
     if isinstance(file_type, str):
-        return [t for t in file_type.split(",")]
-    return [str(t) for t in file_type]
+        return file_type.split(",")
+    if not isinstance(file_type, (list, tuple)) or not all(isinstance(t, str) for t in file_type):
+        raise TypeError(f"file_type: expected a MIME type or a list of them, got {file_type!r:.80}")
+    return list(file_type)
 
 
 def _target(file_id: str, path: StrPath) -> Path:

@@ -1,0 +1,256 @@
+"""Regressions for what a hostile server and a careless caller found (issue 10): no panic reaches
+Python, no echoed key survives, no wrong answer passes silently, every message is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import pickle
+import time
+import traceback
+from typing import Any, Awaitable, Callable
+
+import numpy as np
+import pytest
+
+import sensorium
+from _fake_server import FakeServer, response
+from _helpers import ENCODER, REASONER
+from sensorium import _core
+from sensorium.errors import (
+    APIResponseValidationError,
+    APITimeoutError,
+    InternalError,
+    InternalServerError,
+    InvalidArgumentError,
+    QueryFailedError,
+    RateLimitError,
+    SensoriumError,
+)
+
+KEY = "sk-SECRET-123"
+
+
+@pytest.fixture(params=["sync", "async"])
+def call(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """``call(base_url, lambda client: client.query(...), **client_options)``: runs the same
+    operation on a ``Client`` or, awaited, on an ``AsyncClient``."""
+
+    def run(base_url: str, operation: Callable[[Any], Any], **options: Any) -> Any:
+        options.setdefault("api_key", KEY)
+        if request.param == "sync":
+            with sensorium.Client(base_url=base_url, **options) as client:
+                return operation(client)
+
+        async def main() -> Any:
+            async with sensorium.AsyncClient(base_url=base_url, **options) as client:
+                result: Awaitable[Any] = operation(client)
+                return await result
+
+        return asyncio.run(main())
+
+    return run
+
+
+def answer(status: int, body: bytes, headers: dict[str, str] | None = None) -> Callable[[bytes], list[Any]]:
+    return lambda head: [response(status, body, headers)]
+
+
+# 1 and 8: Retry-After values a server may send
+
+
+@pytest.mark.parametrize("header", [{"Retry-After": "1e20"}, {"retry-after-ms": "1e23"}, {"Retry-After": "inf"}])
+def test_huge_retry_after_ends_the_call_with_the_status_error(call, header):
+    with FakeServer(answer(429, b'{"errors": [{"code": "rate_limited", "message": "slow down"}]}', header)) as server:
+        with pytest.raises(RateLimitError) as info:
+            call(server.base_url, lambda c: c.query(REASONER, "hi"))
+    assert info.value.retry_after is not None and info.value.retry_after > 1e6
+    assert len(server.requests) == 1, "a wait longer than the timeout is not slept"
+
+
+def test_huge_retry_after_with_no_timeout_and_no_retries(call):
+    with FakeServer(answer(503, b"{}", {"Retry-After": "1e20"})) as server:
+        with pytest.raises(InternalServerError) as info:
+            call(server.base_url, lambda c: c.query(REASONER, "hi"), timeout=None, max_retries=0)
+    assert info.value.status == 503 and info.value.retry_after > 1e6
+
+
+def test_retry_after_longer_than_the_timeout_fails_at_once(call):
+    with FakeServer(answer(429, b"{}", {"Retry-After": "100000"})) as server:
+        started = time.monotonic()
+        with pytest.raises(RateLimitError) as info:
+            call(server.base_url, lambda c: c.query(REASONER, "hi"), timeout=2)
+        elapsed = time.monotonic() - started
+    assert info.value.retry_after == 100000
+    assert len(server.requests) == 1
+    assert elapsed < 30, "the call did not sleep through the server's Retry-After"
+
+
+def test_retry_after_within_the_timeout_is_still_honoured(call):
+    bodies = iter([response(429, b"{}", {"Retry-After": "0.2"}), response(200, b'{"status": "completed", "response": {"response": ["ok"]}}')])
+    with FakeServer(lambda head: [next(bodies)]) as server:
+        result = call(server.base_url, lambda c: c.query(REASONER, "hi"), timeout=2)
+    assert result.text == "ok" and len(server.requests) == 2
+
+
+# 2: timeouts out of range
+
+
+@pytest.mark.parametrize("option", [{"timeout": 1e20}, {"connect_timeout": 1e300}, {"read_timeout": 1e19}])
+def test_huge_timeouts_are_refused_naming_the_option(option):
+    (name,) = option
+    with pytest.raises(InvalidArgumentError) as info:
+        sensorium.Client(api_key=KEY, base_url="http://127.0.0.1:9/v0.5", **option)
+    assert info.value.argument == name and "a year" in str(info.value)
+    with sensorium.Client(api_key=KEY, base_url="http://127.0.0.1:9/v0.5") as client:
+        with pytest.raises(InvalidArgumentError):
+            client.with_options(**option)
+
+
+# 3: keys echoed by the server
+
+
+def _assert_key_absent(exc: BaseException) -> None:
+    texts = [str(exc), repr(exc), "".join(traceback.format_exception(exc)), repr(pickle.dumps(exc))]
+    texts += [repr(v) for v in vars(exc).values()]
+    for text in texts:
+        assert KEY not in text, text[:300]
+
+
+def test_key_echoed_in_a_failed_query_is_redacted_everywhere(call):
+    from sensorium.testing import Emulator
+
+    with Emulator(api_key=KEY) as emu:
+        emu.fail_queries(f"worker saw key {KEY}", times=1)
+        with pytest.raises(QueryFailedError) as info:
+            call(emu.base_url, lambda c: c.query(REASONER, "hi"))
+        _assert_key_absent(info.value)
+        assert "worker saw key <redacted>" in info.value.error_msg
+        emu.fail_queries(f"encoder saw {KEY}", times=1)
+        with pytest.raises(QueryFailedError) as info:
+            call(emu.base_url, lambda c: c.embed(ENCODER, np.ones((2, 16))))
+        _assert_key_absent(info.value)
+
+
+def test_key_echoed_in_a_wrong_shaped_answer_is_redacted(call):
+    body = json.dumps({"api_key": KEY, "response": 42}).encode()
+    with FakeServer(answer(200, body)) as server:
+        with pytest.raises(APIResponseValidationError) as info:
+            call(server.base_url, lambda c: c.query(REASONER, "hi"))
+    _assert_key_absent(info.value)
+    assert "<redacted>" in info.value.body
+
+
+# 4: a body that stops mid-way
+
+
+def test_read_timeout_bounds_a_query_body_that_stalls(call):
+    head_and_start = response(200, b'{"status": "compl', length=200)
+    with FakeServer(lambda head: [head_and_start, 30.0]) as server:
+        started = time.monotonic()
+        with pytest.raises(APITimeoutError) as info:
+            call(server.base_url, lambda c: c.query(REASONER, "hi"), timeout=None, read_timeout=0.5, max_retries=0)
+        elapsed = time.monotonic() - started
+    assert "read_timeout" in str(info.value)
+    assert elapsed < 15, "the stalled body was waited out instead of timing out"
+
+
+# 5: wrong-shaped 200 answers
+
+
+@pytest.mark.parametrize("body", [{"response": 42}, {}, {"status": "completed", "response": {"response": {"a": 1}}}])
+def test_wrong_shaped_query_answers_raise(call, body):
+    raw = json.dumps(body).encode()
+    with FakeServer(answer(200, raw)) as server:
+        with pytest.raises(APIResponseValidationError) as info:
+            call(server.base_url, lambda c: c.query(REASONER, "hi"), max_retries=0)
+    assert "response.response" in str(info.value)
+    assert info.value.body == raw.decode()
+
+
+@pytest.mark.parametrize(
+    "rows, expected",
+    [([], "(2, 768)"), ([[0.0] * 5] * 3, "(3, 5)"), ([[0.0] * 768] * 3, "(3, 768)"), ([0.0] * 768, "(1, 768)")],
+)
+def test_wrong_shaped_embeddings_raise(call, rows, expected):
+    raw = json.dumps({"status": "completed", "response": {"response": rows}}).encode()
+    with FakeServer(answer(200, raw)) as server:
+        with pytest.raises(APIResponseValidationError) as info:
+            call(server.base_url, lambda c: c.embed(ENCODER, np.ones((2, 16))), max_retries=0)
+    message = str(info.value)
+    assert "(2, 768)" in message and expected in message, message
+    assert info.value.body == raw.decode()
+
+
+def test_right_shaped_embeddings_still_parse(call):
+    raw = json.dumps({"status": "completed", "response": {"response": [[0.5] * 768] * 2}}).encode()
+    with FakeServer(answer(200, raw)) as server:
+        emb = call(server.base_url, lambda c: c.embed(ENCODER, np.ones((2, 16))))
+    assert emb.vectors.shape == (2, 768)
+
+
+# 6: huge error bodies
+
+
+def test_a_huge_error_detail_is_cut_in_the_message_and_kept_on_body(call):
+    detail = "x" * (10 * 1024 * 1024)
+    raw = json.dumps({"detail": detail}).encode()
+    with FakeServer(answer(400, raw)) as server:
+        with pytest.raises(sensorium.errors.BadRequestError) as info:
+            call(server.base_url, lambda c: c.query(REASONER, "hi"))
+    assert len(str(info.value)) < 2000
+    assert len(info.value.body) == len(raw)
+
+
+# 7: text arguments that cannot be sent
+
+
+@pytest.mark.parametrize(
+    "operation, argument",
+    [
+        (lambda c: c.query(REASONER, "a\ud800b"), "query"),
+        (lambda c: c.query("Reasoner::\udc80", "hi"), "model"),
+        (lambda c: c.query(REASONER, "hi", system_prompt="\ud800"), "system_prompt"),
+        (lambda c: c.embed("Encoder::\ud800", np.ones(4)), "model"),
+        (lambda c: c.files.metadata("a\ud800.txt"), "file_id"),
+        (lambda c: c.files.delete("a\ud800.txt"), "file_id"),
+        (lambda c: c.files.upload_base64("a\ud800.txt", b"x"), "name"),
+    ],
+)
+def test_lone_surrogates_are_refused_before_sending(emu, call, operation, argument):
+    with pytest.raises(InvalidArgumentError) as info:
+        call(emu.base_url, operation, api_key=emu.api_key)
+    assert info.value.argument == argument
+    assert emu.requests == []
+
+
+def test_wrong_types_still_raise_type_error_naming_the_argument(emu, call):
+    with pytest.raises(TypeError) as info:
+        call(emu.base_url, lambda c: c.query(123, "hi"), api_key=emu.api_key)
+    assert "model" in str(info.value)
+    with pytest.raises(TypeError) as info:
+        call(emu.base_url, lambda c: c.query(REASONER, b"hi"), api_key=emu.api_key)
+    assert "query" in str(info.value)
+
+
+# Defence in depth: a panic becomes InternalError
+
+
+@pytest.mark.parametrize("where", ["call", "task"])
+def test_a_panic_becomes_internal_error_and_is_logged_once(caplog, where):
+    caplog.set_level(logging.ERROR)
+    with pytest.raises(InternalError) as info:
+        _core._panic_for_tests(where, False)
+    assert isinstance(info.value, SensoriumError)
+    assert "sensorium bug" in str(info.value) and "_panic_for_tests" in str(info.value)
+    logged = [r for r in caplog.records if "internal error" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].levelno == logging.ERROR
+
+
+def test_a_panic_in_an_async_call_becomes_internal_error():
+    async def main() -> None:
+        await _core._panic_for_tests("task", True)
+
+    with pytest.raises(InternalError):
+        asyncio.run(main())
