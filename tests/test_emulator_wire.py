@@ -32,7 +32,7 @@ QUERY_RESPONSE_KEYS = {
 }
 WORKER_KEYS = {
     "response", "query", "prompt", "system", "instruction", "generation_latency",
-    "query_gpq_latency", "query_queue_latency", "results_timestamp",
+    "query_gpq_latency", "query_queue_latency", "results_timestamp", "prefetch_stats",
 }
 FILE_RECORD_KEYS = {"file_id", "file_uid", "file_type", "num_bytes", "created_at", "status"}
 
@@ -403,16 +403,21 @@ def test_models_filters(emu: Emulator) -> None:
     every = request(emu, "GET", "/models").json()
     assert set(every) == {"data", "has_more", "next_cursor"}
     assert every["has_more"] is False and every["next_cursor"] is None
-    assert {m["id"] for m in every["data"]} == {REASONER, "Reasoner::c2_5_8b_260413b723a9ab", ENCODER}
+    ids = [m["id"] for m in every["data"]]
+    # The spec's neutral ids and the live ones of the wire notes, each version in both spellings.
+    assert {REASONER, "Reasoner::c2_5_8b_260413b723a9ab", ENCODER} <= set(ids)
+    assert {"Newton::c2_6_8b_fp8_260424d7a55d5e", "OmegaEncoder::omega_embeddings_surface_01", "OmegaEncoder::encoder_embeddings_01"} <= set(ids)
+    assert len(ids) == len(set(ids)) == 18
     assert all(set(m) == {"id", "model_family", "variant", "description", "scope"} for m in every["data"])
     enc = request(emu, "GET", "/models?model_family=encoder").json()["data"]
-    assert [m["id"] for m in enc] == [ENCODER]
-    assert enc[0] == {**enc[0], "model_family": "Encoder", "variant": "encoder_embeddings_01", "scope": "platform"}
-    assert len(request(emu, "GET", "/models?model_family=REASONER").json()["data"]) == 2
+    assert len(enc) == 8 and {m["model_family"] for m in enc} == {"Encoder", "OmegaEncoder"}
+    assert enc[0] == {**enc[0], "id": ENCODER, "model_family": "Encoder", "variant": "encoder_embeddings_01", "scope": "platform"}
+    assert request(emu, "GET", "/models?model_family=omegaencoder").json()["data"] == enc
+    assert len(request(emu, "GET", "/models?model_family=REASONER").json()["data"]) == 10
     assert request(emu, "GET", "/models?scope=org").json()["data"] == []
-    assert len(request(emu, "GET", "/models?scope=platform").json()["data"]) == 3
-    assert [m["id"] for m in request(emu, "GET", "/models?search=C2_5").json()["data"]] == ["Reasoner::c2_5_8b_260413b723a9ab"]
-    assert [m["id"] for m in request(emu, "GET", "/models?variant=c2_4_7b_251215a172f6d7").json()["data"]] == [REASONER]
+    assert len(request(emu, "GET", "/models?scope=platform").json()["data"]) == 18
+    assert [m["id"] for m in request(emu, "GET", "/models?search=C2_5").json()["data"]] == ["Reasoner::c2_5_8b_260413b723a9ab", "Newton::c2_5_8b_260413b723a9ab"]
+    assert [m["id"] for m in request(emu, "GET", "/models?variant=c2_4_7b_251215a172f6d7").json()["data"]] == [REASONER, "Newton::c2_4_7b_251215a172f6d7"]
     assert_error(request(emu, "GET", "/models?model_family=Vision"), 400, "invalid_request")
     assert_error(request(emu, "GET", "/models?scope=galaxy"), 400, "invalid_request")
 

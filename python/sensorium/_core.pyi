@@ -1,5 +1,5 @@
 # Stubs for the native core, checked against the binary by `python -m mypy.stubtest sensorium._core`.
-from typing import Any, Callable, final
+from typing import Any, Callable, Mapping, Sequence, final
 
 import numpy as np
 import numpy.typing as npt
@@ -153,6 +153,7 @@ class EmulatorServer:
         api_key: str | None = None,
         upload_part_size: int | None = None,
         upload_url_ttl: float | None = None,
+        models: Sequence[str | Mapping[str, str]] | None = None,
     ) -> EmulatorServer: ...
     @property
     def base_url(self) -> str: ...
@@ -160,7 +161,14 @@ class EmulatorServer:
     def port(self) -> int: ...
     @property
     def api_key(self) -> str: ...
-    def new_api_key(self, org: str | None = None) -> str: ...
+    def new_api_key(
+        self,
+        org: str | None = None,
+        role: str = "admin",
+        models: Sequence[str | Mapping[str, str]] | None = None,
+    ) -> str: ...
+    @staticmethod
+    def default_models() -> list[dict[str, str]]: ...
     def inject(
         self,
         method: str | None,

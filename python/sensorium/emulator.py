@@ -3,6 +3,16 @@
 Prints the base URL and the API key of the default organization, then serves until Ctrl-C or
 SIGTERM. Tests in another process can steer it over ``/_emulator/*`` (faults, request log,
 keys). It is a local test double, not the hosted service.
+
+It accepts the model ids production code sends (``Newton::...``, ``OmegaEncoder::...``) and the
+spec's neutral spellings. ``--model`` (repeatable) replaces that catalogue::
+
+    python -m sensorium.emulator --model Newton::c2_4_7b_251215a172f6d7 \
+        --model Acme::my-finetune=reasoner --model default
+
+``ID=reasoner`` or ``ID=encoder`` gives the family of an id whose prefix the emulator does not
+know; ``default`` stands for the whole default catalogue, so ``--model default --model X=...``
+adds X to it.
 """
 
 from __future__ import annotations
@@ -12,9 +22,26 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from sensorium._core import EmulatorServer
+
+
+def _model_entries(values: Optional[Sequence[str]]) -> Optional[list[Any]]:
+    """``--model`` values as catalogue entries; ``None`` (no flag) keeps the default catalogue."""
+    if not values:
+        return None
+    entries: list[Any] = []
+    for value in values:
+        model_id, sep, family = value.rpartition("=")
+        if value == "default":
+            entries.extend(EmulatorServer.default_models())
+        elif sep:
+            # The core checks the family word and names the accepted ones when it is wrong.
+            entries.append({"id": model_id, "family": family})
+        else:
+            entries.append(value)
+    return entries
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,19 +65,32 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds a part URL stays valid (default 3600)",
     )
+    p.add_argument(
+        "--model",
+        action="append",
+        metavar="ID",
+        help="a model id to accept (repeatable; replaces the default catalogue). ID=reasoner or "
+        "ID=encoder gives the family of an id with a prefix the emulator does not know; "
+        "'default' adds the whole default catalogue",
+    )
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
-    server = EmulatorServer(
-        port=args.port,
-        host=args.host,
-        query_delay=args.query_delay,
-        api_key=args.api_key,
-        upload_part_size=args.upload_part_size,
-        upload_url_ttl=args.upload_url_ttl,
-    )
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        server = EmulatorServer(
+            port=args.port,
+            host=args.host,
+            query_delay=args.query_delay,
+            api_key=args.api_key,
+            upload_part_size=args.upload_part_size,
+            upload_url_ttl=args.upload_url_ttl,
+            models=_model_entries(args.model),
+        )
+    except ValueError as e:
+        parser.error(str(e))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Optional[FrameType]) -> None:

@@ -4,6 +4,11 @@ The emulator is a faithful local test double of the platform's HTTP API (direct 
 deterministic stand-in models, files, models). It is not the hosted service and never claims
 to be: every answer carries ``Server: sensorium-emulator``.
 
+It accepts the model ids your production code sends: the live family names (``Newton::...``,
+``OmegaEncoder::...``) as well as the spec's neutral ones (``Reasoner::...``, ``Encoder::...``),
+for every version seen in public code (:data:`DEFAULT_MODELS`). ``Emulator(models=[...])`` and
+``new_api_key(models=[...])`` change what is accepted.
+
 Example::
 
     from sensorium.testing import Emulator
@@ -19,16 +24,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence, TypedDict, Union
 
 from sensorium._core import EmulatorServer
 
 if TYPE_CHECKING:
     from sensorium import AsyncClient, Client
 
-__all__ = ["Emulator", "RecordedRequest", "FaultActionName"]
+__all__ = ["Emulator", "RecordedRequest", "FaultActionName", "ModelSpec", "RoleName", "DEFAULT_MODELS"]
 
 FaultActionName = Literal["reset", "stall", "truncate"]
+RoleName = Literal["member", "admin", "super_admin"]
+
+
+class _ModelEntry(TypedDict):
+    id: str
+    family: Literal["reasoner", "encoder"]
+
+
+#: A catalogue entry: an id whose prefix names its family (``Reasoner``/``Newton`` for
+#: reasoning, ``Encoder``/``OmegaEncoder`` for encoders), or ``{"id": ..., "family": ...}`` for
+#: any other id (a newer family, a fine-tuned model of yours).
+ModelSpec = Union[str, _ModelEntry]
+
+#: The ids the emulator accepts unless told otherwise: every version the spec and public code
+#: show, each under both spellings of its family (``Reasoner::v`` and ``Newton::v``,
+#: ``Encoder::v`` and ``OmegaEncoder::v``).
+DEFAULT_MODELS: tuple[str, ...] = tuple(m["id"] for m in EmulatorServer.default_models())
 
 
 @dataclass(frozen=True)
@@ -61,6 +83,16 @@ class Emulator:
             print(emu.base_url)               # http://127.0.0.1:PORT/v0.5
             other_org_key = emu.new_api_key()
             emu.fail_queries("worker crashed", times=1)
+
+    ``models`` sets the catalogue every organization may query (unless it is given its own with
+    :meth:`new_api_key`); by default it is :data:`DEFAULT_MODELS`. An entry is an id, or
+    ``{"id": ..., "family": "reasoner" | "encoder"}`` for an id whose prefix the emulator does
+    not know. A bare id with an unknown prefix is a ``ValueError``. To add your own models to
+    the default ones::
+
+        emu = Emulator(models=[*DEFAULT_MODELS, {"id": "Acme::newton-ft-7", "family": "reasoner"}])
+        emu.client().query("Acme::newton-ft-7", "hi")               # the reasoning stand-in
+        emu.client().query("Newton::does_not_exist", "hi")          # 400 invalid_model_version
     """
 
     def __init__(
@@ -72,10 +104,11 @@ class Emulator:
         api_key: Optional[str] = None,
         upload_part_size: Optional[int] = None,
         upload_url_ttl: Optional[float] = None,
+        models: Optional[Sequence[ModelSpec]] = None,
     ) -> None:
         """``upload_part_size`` (bytes, default 400 MiB as live) and ``upload_url_ttl``
         (seconds, default 3600) shape the direct-to-cloud upload; tests use a few MiB so that
-        small files span several parts."""
+        small files span several parts. ``models``: see the class docstring."""
         self._server = EmulatorServer(
             port=port,
             query_delay=query_delay,
@@ -83,6 +116,7 @@ class Emulator:
             api_key=api_key,
             upload_part_size=upload_part_size,
             upload_url_ttl=upload_url_ttl,
+            models=_model_list(models),
         )
 
     @property
@@ -121,15 +155,31 @@ class Emulator:
         kwargs.setdefault("base_url", self.base_url)
         return AsyncClient(**kwargs)
 
-    def new_api_key(self, org: Optional[str] = None) -> str:
+    def new_api_key(
+        self,
+        org: Optional[str] = None,
+        role: RoleName = "admin",
+        models: Optional[Sequence[ModelSpec]] = None,
+    ) -> str:
         """A key for a new organization, or for ``org`` (created when new).
+
+        ``role`` (``"member"``, ``"admin"`` or ``"super_admin"``) is the key holder's role in
+        the organization; it is recorded for the blueprint rules and not enforced yet. The
+        default key is an admin of the default organization.
+
+        ``models`` gives the organization its own catalogue (same entries as ``Emulator(models=)``),
+        replacing the emulator's for every key of that organization, earlier ones included;
+        ``None`` leaves the organization's catalogue as it is. ``GET /models`` lists exactly the
+        caller's organization's catalogue, and other ids get 400 ``invalid_model_version``.
 
         Example::
 
             key_b = emu.new_api_key()          # files of org B are invisible to the default org
             key_a2 = emu.new_api_key("team-a") # two keys for the same org "team-a"
+            small = emu.new_api_key("small-co", models=["Newton::c2_4_3b_251215dfe6a746"])
+            viewer = emu.new_api_key("team-a", role="member")
         """
-        return self._server.new_api_key(org)
+        return self._server.new_api_key(org, role, _model_list(models))
 
     def inject(
         self,
@@ -243,3 +293,12 @@ class Emulator:
 
     def __repr__(self) -> str:
         return f"Emulator(base_url={self.base_url!r})"
+
+
+def _model_list(models: Optional[Sequence[ModelSpec]]) -> Optional[list[Any]]:
+    """A list for the core; a lone string is refused rather than read as its characters."""
+    if models is None:
+        return None
+    if isinstance(models, (str, bytes)):
+        raise ValueError(f"models takes a list of model ids, not the single string {models!r}")
+    return list(models)

@@ -8,8 +8,9 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+use crate::bindings::convert::py_to_value;
 use crate::bindings::runtime;
-use crate::emulator::{Emulator, EmulatorOptions, FaultAction, FaultRule};
+use crate::emulator::{Catalogue, Emulator, EmulatorOptions, FaultAction, FaultRule, Role};
 
 #[pyclass(name = "EmulatorServer", module = "sensorium._core", frozen)]
 pub struct EmulatorServer {
@@ -27,6 +28,13 @@ fn parse_host(host: &str) -> PyResult<IpAddr> {
     }
     host.parse()
         .map_err(|_| PyValueError::new_err(format!("host must be an IP address or 'localhost', got {host:?}")))
+}
+
+/// A catalogue from a Python list of ids and `{"id", "family"}` dicts; `None` stays `None`.
+fn catalogue(models: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Catalogue>> {
+    let Some(models) = models.filter(|m| !m.is_none()) else { return Ok(None) };
+    let value = py_to_value(models, "models").map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Catalogue::from_json(&value).map(Some).map_err(PyValueError::new_err)
 }
 
 /// A fault rule from Python arguments, with their ranges checked.
@@ -59,7 +67,7 @@ fn fault_rule(
 #[pymethods]
 impl EmulatorServer {
     #[new]
-    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None))]
+    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None, models=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -70,6 +78,7 @@ impl EmulatorServer {
         api_key: Option<String>,
         upload_part_size: Option<u64>,
         upload_url_ttl: Option<f64>,
+        models: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let defaults = EmulatorOptions::default();
         if upload_part_size == Some(0) {
@@ -86,6 +95,7 @@ impl EmulatorServer {
                 Some(t) => seconds(t, "upload_url_ttl")?,
                 None => defaults.upload_url_ttl,
             },
+            models: catalogue(models)?,
         };
         let emulator = runtime::wait(py, "Emulator()", async move {
             Emulator::start(opts)
@@ -110,9 +120,25 @@ impl EmulatorServer {
         self.emulator.api_key()
     }
 
-    #[pyo3(signature = (org=None))]
-    fn new_api_key(&self, org: Option<&str>) -> String {
-        self.emulator.new_api_key(org)
+    #[pyo3(signature = (org=None, role="admin", models=None))]
+    fn new_api_key(&self, org: Option<&str>, role: &str, models: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+        let role = role.parse::<Role>().map_err(PyValueError::new_err)?;
+        Ok(self.emulator.new_api_key(org, role, catalogue(models)?))
+    }
+
+    /// The default catalogue as `{"id", "family"}` dicts, in listing order.
+    #[staticmethod]
+    fn default_models<'py>(py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        Catalogue::default()
+            .entries()
+            .iter()
+            .map(|e| {
+                let d = PyDict::new(py);
+                d.set_item("id", &e.id)?;
+                d.set_item("family", e.family.name())?;
+                Ok(d)
+            })
+            .collect()
     }
 
     #[pyo3(signature = (method, path, status=None, retry_after=None, delay=None, action=None, times=Some(1), probability=1.0))]

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use super::error::Error;
 use super::transport::{decode_json, Call, Transport};
 use crate::wire::files::QUERY_FILE_EXTENSIONS;
+use crate::wire::models::ModelFamily;
 use crate::wire::query::{field_kind, FieldKind, QueryRequest, QueryResponse, EVENT_TYPES};
 
 /// The dimension of one embedding, per the spec.
@@ -23,11 +24,17 @@ pub fn build_request(
     fields: Map<String, Value>,
     events: Option<Vec<Bytes>>,
 ) -> Result<Bytes, Error> {
+    // Only emptiness is checked: a prefix the client does not know may be a newer family or
+    // the organization's own model, and the service is the judge of what it accepts.
     if model.trim().is_empty() {
         return Err(Error::invalid_argument(
             "model",
-            "must be a versioned model id such as 'Reasoner::<version>' or 'Encoder::<version>'; \
-             client.models.list() shows the ones your organization can use",
+            format!(
+                "must be a versioned model id such as {} (reasoning) or {} (encoder); \
+                 client.models.list() shows the ones your organization can use",
+                ModelFamily::Reasoner.id_examples(),
+                ModelFamily::Encoder.id_examples()
+            ),
         ));
     }
     for (name, value) in &fields {
@@ -444,8 +451,12 @@ fn explain_non_embedding(raw: &[u8]) -> Option<Error> {
     (is_text && !texts.is_empty()).then(|| {
         Error::invalid_argument(
             "model",
-            "answered with text, not embeddings: embed() needs an encoder model (e.g. \
-             'Encoder::encoder_embeddings_01'); use query() for reasoning models",
+            format!(
+                "answered with text, not embeddings: embed() needs an encoder model ({}); \
+                 use query() for reasoning models ({})",
+                ModelFamily::Encoder.id_examples(),
+                ModelFamily::Reasoner.id_examples()
+            ),
         )
     })
 }

@@ -11,6 +11,8 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 
 use super::api_error::ApiError;
+use super::auth::Role;
+use super::catalogue::Catalogue;
 use super::faults::{FaultAction, FaultRule};
 use super::recorder::RecordedRequest;
 use super::state::Shared;
@@ -136,6 +138,8 @@ async fn clear_requests(State(shared): State<Arc<Shared>>) -> Json<Value> {
     Json(json!({ "cleared": true }))
 }
 
+/// `{org?, role?, models?}` as `Emulator.new_api_key` takes them; `models` entries are ids or
+/// `{id, family}` objects.
 async fn new_key(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Result<Json<Value>, ApiError> {
     let m = object(&body)?;
     let org = match m.get("org") {
@@ -143,7 +147,17 @@ async fn new_key(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Resul
         Some(Value::String(s)) => Some(s.clone()),
         Some(_) => return Err(ApiError::invalid_request("'org' must be a string.")),
     };
-    Ok(Json(json!({ "api_key": shared.issue_key(org.as_deref()) })))
+    let role = match m.get("role") {
+        None | Some(Value::Null) => Role::Admin,
+        Some(Value::String(s)) => s.parse::<Role>().map_err(ApiError::invalid_request)?,
+        Some(_) => return Err(ApiError::invalid_request("'role' must be a string.")),
+    };
+    let models = match m.get("models") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(Catalogue::from_json(v).map_err(ApiError::invalid_request)?),
+    };
+    let (key, info) = shared.issue_key(org.as_deref(), role, models);
+    Ok(Json(json!({ "api_key": key, "org": info.org, "role": info.role.as_str() })))
 }
 
 async fn fail_queries(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Result<Json<Value>, ApiError> {

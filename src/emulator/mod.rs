@@ -7,6 +7,7 @@
 mod api_error;
 mod app;
 mod auth;
+mod catalogue;
 mod control;
 mod faults;
 mod files;
@@ -26,8 +27,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 pub use app::API_PREFIX;
+pub use auth::Role;
+pub use catalogue::{Catalogue, ModelEntry};
 pub use faults::{FaultAction, FaultRule};
-pub use models::MODEL_IDS;
 pub use options::{EmulatorOptions, DEFAULT_UPLOAD_PART_SIZE, DEFAULT_UPLOAD_URL_TTL};
 pub use recorder::{RecordedRequest, BODY_CAPTURE_LIMIT};
 pub use state::DEFAULT_ORG;
@@ -88,8 +90,9 @@ impl Emulator {
     }
 
     /// `None`: a key for a new organization; `Some(name)`: a key for that (possibly new) one.
-    pub fn new_api_key(&self, org: Option<&str>) -> String {
-        self.inner.shared.issue_key(org)
+    /// `models` gives the organization its own catalogue; `None` leaves it as it is.
+    pub fn new_api_key(&self, org: Option<&str>, role: Role, models: Option<Catalogue>) -> String {
+        self.inner.shared.issue_key(org, role, models).0
     }
 
     pub fn inject(&self, rule: FaultRule) {
@@ -163,5 +166,5 @@ mod tests;
 /// The emulator's `/query` request parser, for the fuzz targets in `crate::fuzz`.
 #[cfg(test)]
 pub(crate) fn fuzz_parse_query(raw: &[u8]) -> bool {
-    query::validate::parse(raw).is_ok()
+    query::validate::parse(raw, &catalogue::Catalogue::default()).is_ok()
 }

@@ -3,6 +3,8 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
+use super::catalogue::Catalogue;
+
 /// Start-up settings of an [`Emulator`](super::Emulator).
 #[derive(Debug, Clone)]
 pub struct EmulatorOptions {
@@ -20,6 +22,9 @@ pub struct EmulatorOptions {
     pub upload_part_size: u64,
     /// How long a part URL stays valid after it is issued.
     pub upload_url_ttl: Duration,
+    /// The models every organization may query unless given its own list; the default
+    /// catalogue (every id the spec and public code show, both spellings) when `None`.
+    pub models: Option<Catalogue>,
 }
 
 /// The part size the live service used (400 MiB).
@@ -37,6 +42,7 @@ impl Default for EmulatorOptions {
             api_key: None,
             upload_part_size: DEFAULT_UPLOAD_PART_SIZE,
             upload_url_ttl: DEFAULT_UPLOAD_URL_TTL,
+            models: None,
         }
     }
 }

@@ -3,11 +3,14 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
+use super::auth::{KeyInfo, Role};
+use super::catalogue::Catalogue;
 use super::faults::FaultSet;
 use super::files::direct::registry::Registry;
 use super::files::direct::signing::Signer;
@@ -20,9 +23,12 @@ pub const DEFAULT_ORG: &str = "org-emu-default";
 
 pub(crate) struct Shared {
     pub max_upload_bytes: u64,
-    /// api key -> organization id.
-    keys: RwLock<HashMap<String, String>>,
+    keys: RwLock<HashMap<String, KeyInfo>>,
     pub default_key: String,
+    /// The models of every organization not given its own list.
+    models: Arc<Catalogue>,
+    /// Organizations given their own list ("availability varies per organization").
+    org_models: RwLock<HashMap<String, Arc<Catalogue>>>,
     pub files: FileStore,
     /// Direct-to-cloud uploads, their part size and the signer and lifetime of part URLs.
     pub uploads: Registry,
@@ -44,11 +50,13 @@ impl Shared {
     pub fn new(data_dir: PathBuf, opts: &EmulatorOptions, storage_origin: String) -> Self {
         let default_key = opts.api_key.clone().unwrap_or_else(random_key);
         let mut keys = HashMap::new();
-        keys.insert(default_key.clone(), DEFAULT_ORG.to_string());
+        keys.insert(default_key.clone(), KeyInfo { org: DEFAULT_ORG.to_string(), role: Role::Admin });
         Shared {
             max_upload_bytes: opts.max_upload_bytes,
             keys: RwLock::new(keys),
             default_key,
+            models: Arc::new(opts.models.clone().unwrap_or_default()),
+            org_models: RwLock::new(HashMap::new()),
             files: FileStore::new(data_dir.clone()),
             uploads: Registry::new(data_dir),
             upload_part_size: opts.upload_part_size.max(1),
@@ -69,19 +77,31 @@ impl Shared {
         self.files.dir().to_path_buf()
     }
 
-    pub fn org_of_key(&self, key: &str) -> Option<String> {
+    /// Who holds `key` (organization and role); `None` for a key the emulator never issued.
+    pub(crate) fn key_info(&self, key: &str) -> Option<KeyInfo> {
         self.keys.read().get(key).cloned()
     }
 
-    /// A new key; for a new organization when `org` is `None`.
-    pub fn issue_key(&self, org: Option<&str>) -> String {
+    /// A new key with `role`; for a new organization when `org` is `None`. `models`, when
+    /// given, becomes the organization's own catalogue (replacing one it had); without it the
+    /// organization keeps what it has.
+    pub(crate) fn issue_key(&self, org: Option<&str>, role: Role, models: Option<Catalogue>) -> (String, KeyInfo) {
         let org = match org {
             Some(name) => name.to_string(),
             None => format!("org-emu-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
         };
+        if let Some(models) = models {
+            self.org_models.write().insert(org.clone(), Arc::new(models));
+        }
+        let info = KeyInfo { org, role };
         let key = random_key();
-        self.keys.write().insert(key.clone(), org);
-        key
+        self.keys.write().insert(key.clone(), info.clone());
+        (key, info)
+    }
+
+    /// The models `org` may query.
+    pub(crate) fn catalogue_for(&self, org: &str) -> Arc<Catalogue> {
+        self.org_models.read().get(org).cloned().unwrap_or_else(|| self.models.clone())
     }
 
     pub fn fail_queries(&self, error_msg: &str, times: u32) {

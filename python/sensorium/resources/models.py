@@ -18,8 +18,8 @@ def _page(raw: dict[str, Any]) -> Page[Model]:
 
 
 class Models:
-    """>>> [m.id for m in client.models.list(model_family="Encoder")]  # doctest: +SKIP
-    ['Encoder::encoder_embeddings_01']
+    """>>> [m.id for m in client.models.list(model_family="OmegaEncoder")]  # doctest: +SKIP
+    ['OmegaEncoder::omega_embeddings_1_4', ...]
     """
 
     def __init__(self, client: HasCore) -> None:
@@ -32,7 +32,9 @@ class Models:
         search: str | None = None,
         variant: str | None = None,
     ) -> SyncPager[Model]:
-        """Iterates the models the organization may use. ``scope`` is platform, org or all; ``search``
+        """Iterates the models the organization may use. ``model_family`` filters by family (the
+        emulator takes the spec's ``Reasoner``/``Encoder`` and the live ``Newton``/``OmegaEncoder``
+        alike); each record's ``model_family`` is its id's own prefix. ``scope`` is platform, org or all; ``search``
         matches id, description, family and variant case-insensitively."""
 
         def fetch(cursor: str | None) -> Page[Model]:

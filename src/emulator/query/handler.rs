@@ -37,8 +37,18 @@ struct WorkerPayload<'a> {
     query_gpq_latency: f64,
     query_queue_latency: f64,
     results_timestamp: f64,
+    prefetch_stats: PrefetchStats,
     #[serde(skip_serializing_if = "Option::is_none")]
     warning_messages: Option<Vec<String>>,
+}
+
+/// The spec names `prefetch_stats` (an object) without its fields: these say what the worker
+/// loaded before inference and how long that took.
+#[derive(Serialize)]
+struct PrefetchStats {
+    num_files: usize,
+    num_bytes: u64,
+    prefetch_time_sec: f64,
 }
 
 #[derive(Serialize)]
@@ -86,7 +96,7 @@ async fn run(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<Respons
     let query_timestamp = now();
     let org = auth::require_org_detail(shared, headers)?;
     let raw = read_body(body).await?;
-    let input = validate::parse(&raw)?;
+    let input = validate::parse(&raw, &shared.catalogue_for(&org))?;
     let mut files = Vec::with_capacity(input.file_ids.len());
     for id in &input.file_ids {
         files.push(shared.files.get(&org, id).ok_or_else(|| ApiError::file_not_found(id))?);
@@ -101,7 +111,20 @@ async fn run(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<Respons
         .with_suggestion("Shorten the prompts or raise max_query_size_mb."));
     }
 
+    // Timeline: queued until loading begins, then the files are prefetched, then inference.
     let loading_timestamp = now();
+    let mut described = Vec::new();
+    if input.family == Family::Reasoner {
+        described.reserve(files.len());
+        for f in &files {
+            described.push(media::describe_file(f).await);
+        }
+    }
+    let prefetch = PrefetchStats {
+        num_files: files.len(),
+        num_bytes: files.iter().map(|f| f.num_bytes).sum(),
+        prefetch_time_sec: now() - loading_timestamp,
+    };
     let worker_time = *shared.query_delay.lock();
     if let Some(wait) = input.max_wait {
         if worker_time > wait {
@@ -136,15 +159,13 @@ async fn run(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<Respons
             (Some(raw.map_err(internal_error)?), encoded.warnings)
         }
         (None, Family::Reasoner) => {
-            let mut described = Vec::with_capacity(files.len());
-            for f in &files {
-                described.push(media::describe_file(f).await);
-            }
             let text = reasoner::answer(&input, &described);
             (Some(to_raw_value(&[text]).map_err(internal_error)?), Vec::new())
         }
     };
     let response_timestamp = now();
+    let queue_time = loading_timestamp - query_timestamp;
+    let inference_time = response_timestamp - inference_timestamp;
     let response = match payload {
         // The spec does not show a failed query's `response`; null says "no output".
         None => to_raw_value(&Value::Null).map_err(internal_error)?,
@@ -154,10 +175,12 @@ async fn run(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<Respons
             prompt: prompt_of(&input),
             system: &input.system_prompt,
             instruction: &input.instruction_prompt,
-            generation_latency: response_timestamp - inference_timestamp,
-            query_gpq_latency: response_timestamp - query_timestamp,
-            query_queue_latency: inference_timestamp - loading_timestamp,
+            generation_latency: inference_time,
+            // Loading on the GPU processing queue: from loading to the start of inference.
+            query_gpq_latency: inference_timestamp - loading_timestamp,
+            query_queue_latency: queue_time,
             results_timestamp: response_timestamp,
+            prefetch_stats: prefetch,
             warning_messages: (!warnings.is_empty()).then_some(warnings),
         })
         .map_err(internal_error)?,
@@ -176,8 +199,8 @@ async fn run(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<Respons
         loading_timestamp,
         inference_timestamp,
         response_timestamp,
-        query_queue_time_sec: inference_timestamp - loading_timestamp,
-        inference_time_sec: response_timestamp - inference_timestamp,
+        query_queue_time_sec: queue_time,
+        inference_time_sec: inference_time,
         query_response_time_sec: response_timestamp - query_timestamp,
         gpq_node: GPQ_NODE,
         error_msg: failure,

@@ -70,7 +70,7 @@ mod tests {
         let body = json!({"model": "Reasoner::c2_4_7b_251215a172f6d7", "query": "what is here?",
             "events": [{"type": "data.numeric_array", "event_data": {"contents": [[1, 2, 3], [4, 5, 6]]}},
                        {"type": "data.text", "event_data": {"contents": "some notes"}}]});
-        let input = parse(body.to_string().as_bytes()).unwrap();
+        let input = parse(body.to_string().as_bytes(), &Default::default()).unwrap();
         let files = vec!["notes.txt (text/plain, 5 bytes): \"hello\"".to_string()];
         let a = answer(&input, &files);
         assert_eq!(a, answer(&input, &files));

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::media::{image_info, ImageInfo};
 use crate::emulator::api_error::ApiError;
-use crate::emulator::models;
+use crate::emulator::catalogue::{Catalogue, SUGGESTIONS};
 use crate::emulator::files::upload::LENIENT_BASE64;
 use crate::wire::files::QUERY_FILE_EXTENSIONS;
 use crate::wire::query::{FieldKind, EVENT_TYPES, QUERY_FIELDS};
@@ -19,11 +19,7 @@ use base64::Engine;
 pub const DEFAULT_MAX_QUERY_SIZE_MB: f64 = 0.04;
 pub const DEFAULT_MAX_NEW_TOKENS: usize = 256;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Family {
-    Reasoner,
-    Encoder,
-}
+pub(crate) use crate::wire::models::ModelFamily as Family;
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum InputEvent {
@@ -120,7 +116,24 @@ fn string_field(body: &Map<String, Value>, name: &str) -> String {
     present(body, name).and_then(Value::as_str).unwrap_or("").to_string()
 }
 
-pub(crate) fn parse(raw: &[u8]) -> Result<QueryInput, ApiError> {
+/// 400 `invalid_model_version`, suggesting the accepted ids closest to `model`.
+fn unknown_model(model: &str, catalogue: &Catalogue) -> ApiError {
+    let error = ApiError::bad_request(
+        "invalid_model_version",
+        format!(
+            "Unknown model '{model}': it is not among the {} models this organization can use.",
+            catalogue.entries().len()
+        ),
+    );
+    let closest: Vec<String> = catalogue.closest(model, SUGGESTIONS).iter().map(|id| format!("'{id}'")).collect();
+    error.with_suggestion(match closest.len() {
+        0 => "This organization has no models; the emulator's models= option or new_api_key(models=...) gives it some.".to_string(),
+        _ => format!("Did you mean {}? GET /models lists every model this organization can use.", closest.join(", ")),
+    })
+}
+
+/// Checks a body against the spec and the caller's organization's models.
+pub(crate) fn parse(raw: &[u8], catalogue: &Catalogue) -> Result<QueryInput, ApiError> {
     let value: Value = serde_json::from_slice(raw)
         .map_err(|e| ApiError::invalid_request(format!("The request body is not valid JSON: {e}")))?;
     let Value::Object(body) = value else {
@@ -132,15 +145,7 @@ pub(crate) fn parse(raw: &[u8]) -> Result<QueryInput, ApiError> {
     let query = present(&body, "query").and_then(Value::as_str).ok_or_else(|| {
         ApiError::invalid_request("Field 'query' is required and must be a string (it may be empty).")
     })?;
-    let family = match models::family_of(model) {
-        Some(f) => f,
-        None => {
-            return Err(ApiError::bad_request(
-                "invalid_model_version",
-                format!("Unknown model '{model}'. Available: {}.", models::MODEL_IDS.join(", ")),
-            ))
-        }
-    };
+    let family = catalogue.family_of(model).ok_or_else(|| unknown_model(model, catalogue))?;
     for (name, kind) in QUERY_FIELDS {
         if let Some(v) = present(&body, name) {
             if !kind_matches(*kind, v) {
@@ -213,9 +218,11 @@ pub(crate) fn parse(raw: &[u8]) -> Result<QueryInput, ApiError> {
         query_metadata: present(&body, "query_metadata").cloned(),
     };
     if family == Family::Encoder && input.numeric_events().is_empty() {
-        return Err(ApiError::invalid_request(
-            "Encoder models need at least one data.numeric_array event.",
-        ));
+        return Err(ApiError::invalid_request(format!(
+            "'{model}' is an encoder model: it needs at least one data.numeric_array event (embed() sends one). \
+             Text queries go to a reasoning model ({}).",
+            Family::Reasoner.id_examples()
+        )));
     }
     Ok(input)
 }
@@ -319,6 +326,10 @@ mod tests {
     const R: &str = "Reasoner::c2_4_7b_251215a172f6d7";
     const E: &str = "Encoder::encoder_embeddings_01";
 
+    fn parse(raw: &[u8]) -> Result<QueryInput, ApiError> {
+        super::parse(raw, &Catalogue::default())
+    }
+
     fn code(v: Value) -> String {
         parse(v.to_string().as_bytes()).unwrap_err().code
     }
@@ -373,5 +384,32 @@ mod tests {
             {"type": "data.numeric_array", "event_data": {"contents": [[1, 2.5, 3]]}}
         ]}).to_string().as_bytes()).unwrap();
         assert_eq!(ok.numeric_events().len(), 1);
+    }
+
+    #[test]
+    fn live_ids_are_accepted_with_their_family() {
+        let q = |model: &str, events: Value| parse(json!({"model": model, "query": "", "events": events}).to_string().as_bytes());
+        let numeric = json!([{"type": "data.numeric_array", "event_data": {"contents": [[1, 2]]}}]);
+        assert_eq!(q("Newton::c2_6_8b_fp8_260424d7a55d5e", json!([])).unwrap().family, Family::Reasoner);
+        assert_eq!(q("OmegaEncoder::omega_embeddings_1_4", numeric).unwrap().family, Family::Encoder);
+        let e = q("OmegaEncoder::omega_embeddings_1_4", json!([])).unwrap_err();
+        assert!(e.message.contains("'OmegaEncoder::omega_embeddings_1_4' is an encoder model"), "{}", e.message);
+    }
+
+    #[test]
+    fn unknown_model_suggests_the_closest_accepted_ids() {
+        let e = parse(json!({"model": "Newton::c2_5_8b_260413b723a9ac", "query": "x"}).to_string().as_bytes()).unwrap_err();
+        assert_eq!(e.code, "invalid_model_version");
+        let s = e.suggestion.unwrap_or_default();
+        assert!(s.starts_with("Did you mean 'Newton::c2_5_8b_260413b723a9ab', 'Reasoner::c2_5_8b_260413b723a9ab'"), "{s}");
+
+        let own = Catalogue::new(vec![crate::emulator::catalogue::ModelEntry::new("Acme::ft-1", Some("reasoner")).unwrap()]).unwrap();
+        let body = |model: &str| json!({"model": model, "query": "x"}).to_string();
+        assert_eq!(super::parse(body("Acme::ft-1").as_bytes(), &own).unwrap().family, Family::Reasoner);
+        let e = super::parse(body(R).as_bytes(), &own).unwrap_err();
+        assert_eq!(e.code, "invalid_model_version");
+        assert!(e.suggestion.unwrap_or_default().contains("'Acme::ft-1'"));
+        let none = Catalogue::new(Vec::new()).unwrap();
+        assert!(super::parse(body(R).as_bytes(), &none).unwrap_err().suggestion.unwrap_or_default().contains("no models"));
     }
 }
