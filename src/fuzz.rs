@@ -103,6 +103,7 @@ fn api_error(body: &[u8]) -> ApiError {
         retry_after: None,
         attempt: 1,
         after_lost_response: false,
+        hint: None,
     }
 }
 

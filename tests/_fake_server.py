@@ -40,6 +40,7 @@ class FakeServer:
         self._sock.settimeout(0.2)
         self._stop = threading.Event()
         self.requests: list[bytes] = []
+        self.bodies: list[bytes] = []
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
@@ -76,6 +77,7 @@ class FakeServer:
                     break
                 rest += chunk
             self.requests.append(head_part)
+            self.bodies.append(rest)
             for step in self._script(head_part):
                 if self._stop.is_set():
                     return

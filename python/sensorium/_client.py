@@ -17,7 +17,9 @@ from ._options import (
     Options,
     headers,
 )
+from ._endpoints import AsyncRunner, SyncRunner
 from .resources import AsyncFiles, AsyncModels, Files, Models
+from .resources.agents import Agents, AsyncAgents
 from .types import Embeddings, QueryResult
 
 if TYPE_CHECKING:
@@ -42,9 +44,10 @@ class _BaseClient:
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         max_retries: int = DEFAULT_MAX_RETRIES,
         default_headers: Mapping[str, str] | None = None,
+        agents_base_url: str | None = None,
     ) -> None:
         self._options = Options(timeout, connect_timeout, read_timeout, max_retries, headers(default_headers))
-        self._core = self._options.core(api_key, base_url)
+        self._core = self._options.core(api_key, base_url, agents_base_url)
         self._bind_resources()
 
     def _bind_resources(self) -> None:
@@ -60,6 +63,13 @@ class _BaseClient:
     def base_url(self) -> str:
         """The versioned base URL every call goes to (``.../v0.5``)."""
         url: str = self._core.base_url
+        return url
+
+    @property
+    def agents_base_url(self) -> str:
+        """Where ``/agents/...`` paths go: the versioned base by default, or ``agents_base_url=``
+        (``SENSORIUM_AGENTS_BASE_URL``) for a deployment that mounts agents elsewhere."""
+        url: str = self._core.agents_base_url
         return url
 
     @property
@@ -90,7 +100,8 @@ class Client(_BaseClient):
     """The blocking client.
 
     ``api_key`` and ``base_url`` default to ``SENSORIUM_API_KEY`` and ``SENSORIUM_BASE_URL``; the base
-    URL may be given with or without its version path. ``timeout`` bounds one attempt (None: no
+    URL may be given with or without its version path. ``agents_base_url`` (``SENSORIUM_AGENTS_BASE_URL``)
+    is where ``/agents/...`` hangs when a deployment does not mount agents under the versioned base. ``timeout`` bounds one attempt (None: no
     limit), ``read_timeout`` a stall while streaming, and failed attempts (429, 5xx, connection
     errors) are retried up to ``max_retries`` times with backoff.
 
@@ -101,10 +112,12 @@ class Client(_BaseClient):
 
     files: Files
     models: Models
+    agents: Agents
 
     def _bind_resources(self) -> None:
         self.files = Files(self)
         self.models = Models(self)
+        self.agents = Agents(SyncRunner(lambda: self._core))
 
     def with_options(
         self,
@@ -165,10 +178,12 @@ class AsyncClient(_BaseClient):
 
     files: AsyncFiles
     models: AsyncModels
+    agents: AsyncAgents
 
     def _bind_resources(self) -> None:
         self.files = AsyncFiles(self)
         self.models = AsyncModels(self)
+        self.agents = AsyncAgents(AsyncRunner(lambda: self._core))
 
     def with_options(
         self,

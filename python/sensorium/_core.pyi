@@ -88,6 +88,7 @@ class CoreClient:
         read_timeout: float,
         max_retries: int,
         default_headers: list[tuple[str, str]] | None,
+        agents_base_url: str | None = None,
     ) -> CoreClient: ...
     def with_options(
         self,
@@ -99,7 +100,23 @@ class CoreClient:
     ) -> CoreClient: ...
     @property
     def base_url(self) -> str: ...
+    @property
+    def agents_base_url(self) -> str: ...
     def __reduce__(self) -> str | tuple[Any, ...]: ...
+    # The generic JSON call every surface without a dedicated path uses (`sensorium._endpoints`).
+    def request(
+        self,
+        method: str,
+        surface: str,
+        path: str,
+        query: dict[str, Any] | None,
+        body: Any,
+        page: bool,
+        asynchronous: bool,
+    ) -> Any: ...
+    def download_ref(
+        self, surface: str, reference: str, path: str, progress: Progress, tick: Callable[[], Any] | None, asynchronous: bool
+    ) -> Any: ...
     # Each call blocks when `asynchronous` is False and returns an awaitable when it is True.
     def query(self, model: str, query: str, fields: dict[str, Any], asynchronous: bool) -> Any: ...
     def embed(self, model: str, data: Any, normalize_input: bool, fields: dict[str, Any], asynchronous: bool) -> Any: ...

@@ -31,11 +31,11 @@ class Options:
     max_retries: int = DEFAULT_MAX_RETRIES
     default_headers: tuple[tuple[str, str], ...] = ()
 
-    def core(self, api_key: str | None, base_url: str | None) -> _core.CoreClient:
+    def core(self, api_key: str | None, base_url: str | None, agents_base_url: str | None = None) -> _core.CoreClient:
         _core.reset_logging()
         return _core.CoreClient(
             api_key, base_url, self.timeout, self.connect_timeout, self.read_timeout, self.max_retries,
-            list(self.default_headers),
+            list(self.default_headers), agents_base_url,
         )
 
     def derive(self, core: _core.CoreClient, changes: dict[str, Any]) -> tuple[Options, _core.CoreClient]:

@@ -42,6 +42,8 @@ __all__ = [
     "QueryFailedError",
     "TransferError",
     "InternalError",
+    "AgentRunError",
+    "WaitTimeoutError",
     "ErrorDetail",
 ]
 
@@ -53,6 +55,33 @@ class SensoriumError(Exception):
 class InternalError(SensoriumError):
     """A bug in sensorium itself (an internal panic was caught). The message names the call; the
     details are logged once at error level on the ``sensorium`` logger. Please report it."""
+
+
+class AgentRunError(SensoriumError):
+    """A run (or an evaluation or optimization) ended ``failed``. ``agent`` is its final record,
+    ``error`` the failure text and ``logs`` its last log lines (newest first)."""
+
+    def __init__(self, message: str, *, agent: Any = None, error: str | None = None, logs: list[Any] | None = None):
+        super().__init__(message)
+        self.agent = agent
+        self.error = error
+        self.logs = list(logs or [])
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_agent_run_error, (str(self), self.agent, self.error, self.logs))
+
+
+def _rebuild_agent_run_error(message: str, agent: Any, error: str | None, logs: list[Any]) -> AgentRunError:
+    return AgentRunError(message, agent=agent, error=error, logs=logs)
+
+
+class WaitTimeoutError(SensoriumError, TimeoutError):
+    """``wait(..., timeout=...)`` ran out before the work ended; ``record`` is the last state seen
+    (the work goes on on the platform)."""
+
+    def __init__(self, message: str, *, record: Any = None) -> None:
+        super().__init__(message)
+        self.record = record
 
 
 class ConfigurationError(SensoriumError, ValueError):

@@ -6,12 +6,17 @@ Records keep every field the platform sent: known ones are attributes, unknown o
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, fields
-from typing import Any, TypedDict, TypeVar
+from typing import Any, Callable, ClassVar, Optional, TypedDict, TypeVar
 
 from ._core import Embeddings, NumericEvent, QueryResult
 
-__all__ = ["QueryResult", "Embeddings", "NumericEvent", "FileRecord", "Model", "QueryParams"]
+__all__ = [
+    "QueryResult", "Embeddings", "NumericEvent", "FileRecord", "Model", "QueryParams",
+    "BlueprintSummary", "Blueprint", "Bundle", "RunSummary", "Agent", "AgentResult", "AgentLog", "AgentEvent",
+    "Eval", "Optimization", "Trial", "Node",
+]
 
 
 R = TypeVar("R", bound="_Record")
@@ -19,20 +24,37 @@ R = TypeVar("R", bound="_Record")
 
 @dataclass(frozen=True)
 class _Record:
-    """A record whose known fields are attributes; everything else stays in ``extra``."""
+    """A record whose known fields are attributes; everything else stays in ``extra``.
+
+    A missing optional field is ``None``; an unknown status or enum string is kept as the string
+    received; ``to_dict()`` gives the JSON exactly as received."""
 
     extra: dict[str, Any] = field(default_factory=dict, kw_only=True)
+    _raw: Optional[dict[str, Any]] = field(default=None, kw_only=True, repr=False, compare=False)
+    # Fields holding records of their own: name -> builder.
+    _nested: ClassVar[dict[str, Callable[[Any], Any]]] = {}
 
     @classmethod
     def from_dict(cls: type[R], data: dict[str, Any]) -> R:
-        names = {f.name for f in fields(cls)} - {"extra"}
+        if not isinstance(data, dict):
+            from .errors import APIResponseValidationError
+
+            raise APIResponseValidationError(
+                f"expected a {cls.__name__} record (a JSON object), got {type(data).__name__}", body=repr(data)[:2000]
+            )
+        names = {f.name for f in fields(cls)} - {"extra", "_raw"}
         known = {k: v for k, v in data.items() if k in names}
-        return cls(**known, extra={k: v for k, v in data.items() if k not in names})
+        for name, build in cls._nested.items():
+            if isinstance(known.get(name), list):
+                known[name] = [build(item) if isinstance(item, dict) else item for item in known[name]]
+        return cls(**known, extra={k: v for k, v in data.items() if k not in names}, _raw=data)
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as the platform sent it (unknown fields included, absent ones left out)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
-        out = {k: v for k, v in out.items() if v is not None}
+        """The record as the platform sent it (unknown fields included)."""
+        if self._raw is not None:
+            return copy.deepcopy(self._raw)
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extra", "_raw")}
+        out = {k: v.to_dict() if isinstance(v, _Record) else v for k, v in out.items() if v is not None}
         out.update(self.extra)
         return out
 
@@ -66,6 +88,205 @@ class Model(_Record):
     variant: str | None = None
     description: str | None = None
     scope: str | None = None
+
+
+@dataclass(frozen=True)
+class BlueprintSummary(_Record):
+    """A blueprint as lists show it (no document). ``bundles_count`` only when asked for."""
+
+    id: str
+    blueprint_key: Optional[str] = None
+    name: Optional[str] = None
+    description: Optional[str] = None
+    is_canonical: Optional[bool] = None
+    is_active: Optional[bool] = None
+    created_at: Optional[str] = None
+    bundles_count: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Blueprint(BlueprintSummary):
+    """A blueprint: a graph definition registered under ``blueprint_key``, with versions.
+
+    >>> bp = client.agents.blueprints.get("osm")          # doctest: +SKIP
+    >>> bp.document["connectors"]["source"]["key"]        # doctest: +SKIP
+    'MultiModalSource'
+    """
+
+    document: Optional[dict[str, Any]] = None
+    yaml_document: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class RunSummary(_Record):
+    """One of a bundle's ``latest_runs`` (newest first)."""
+
+    id: str
+    status: Optional[str] = None
+    created_at: Optional[str] = None
+    started_at: Optional[str] = None
+    completed_at: Optional[str] = None
+    job_id: Optional[str] = None
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Bundle(_Record):
+    """A pinned blueprint plus value and model overrides; ``run`` it to start an agent.
+
+    >>> b = client.agents.bundles.create("osm", name="Line 3 monitor")  # doctest: +SKIP
+    >>> b.status                                                       # doctest: +SKIP
+    'ready'
+    """
+
+    id: str
+    name: Optional[str] = None
+    description: Optional[str] = None
+    blueprint_id: Optional[str] = None
+    values: Optional[dict[str, Any]] = None
+    models: Optional[dict[str, Any]] = None
+    artifacts: Optional[dict[str, Any]] = None
+    status: Optional[str] = None
+    is_canonical: Optional[bool] = None
+    created_at: Optional[str] = None
+    org_id: Optional[str] = None
+    model: Optional[str] = None
+    latest_runs: Optional[list[RunSummary]] = None
+
+    _nested: ClassVar[dict[str, Callable[[Any], Any]]] = {"latest_runs": RunSummary.from_dict}
+
+
+@dataclass(frozen=True)
+class Agent(_Record):
+    """One run of a bundle. ``status`` is ``running``, ``paused``, ``completed``, ``failed`` or
+    ``canceled`` (some deployments spell it ``cancelled``; :attr:`is_terminal` takes both).
+
+    >>> agent = client.agents.instances.wait(run.id)  # doctest: +SKIP
+    >>> agent.status                                  # doctest: +SKIP
+    'completed'
+    """
+
+    id: str
+    name: Optional[str] = None
+    org_id: Optional[str] = None
+    bundle_id: Optional[str] = None
+    blueprint: Optional[str] = None
+    blueprint_id: Optional[str] = None
+    status: Optional[str] = None
+    created_at: Optional[str] = None
+    connectors: Optional[dict[str, Any]] = None
+    job_id: Optional[str] = None
+    started_at: Optional[str] = None
+    completed_at: Optional[str] = None
+    error: Optional[str] = None
+    mode: Optional[str] = None
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the run has ended (completed, failed, canceled or cancelled)."""
+        return (self.status or "").lower() in TERMINAL_STATUSES
+
+
+# The terminal words of agents, evaluations and optimizations, both spellings of canceled.
+TERMINAL_STATUSES = frozenset({"completed", "failed", "canceled", "cancelled"})
+
+
+@dataclass(frozen=True)
+class AgentResult(_Record):
+    """One output of a run: ``data`` holds ``filename``, ``num_bytes``, ``ref`` (a
+    ``/files/download/...`` path or a presigned URL), ``file_extension`` and ``expires_at``."""
+
+    id: str
+    port_name: Optional[str] = None
+    data: Optional[dict[str, Any]] = None
+    created_at: Optional[str] = None
+
+    @property
+    def filename(self) -> Optional[str]:
+        return (self.data or {}).get("filename")
+
+    @property
+    def ref(self) -> Optional[str]:
+        return (self.data or {}).get("ref")
+
+
+@dataclass(frozen=True)
+class AgentLog(_Record):
+    """A log line of a run (newest first); ``event_type`` such as ``job.started``,
+    ``job.completed``, ``job.failed``, ``job.canceled``."""
+
+    id: Optional[str] = None
+    created_at: Optional[str] = None
+    level: Optional[str] = None
+    event_type: Optional[str] = None
+    message: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class AgentEvent(_Record):
+    """An event of a run."""
+
+    level: Optional[str] = None
+    created_at: Optional[str] = None
+    message: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Eval(_Record):
+    """An evaluation of a blueprint over labelled examples. Once ``completed``,
+    ``metrics_report["targets"]["state"]`` holds ``class_names`` and ``confusion_matrix``."""
+
+    id: str
+    name: Optional[str] = None
+    blueprint_id: Optional[str] = None
+    status: Optional[str] = None
+    created_at: Optional[str] = None
+    started_at: Optional[str] = None
+    completed_at: Optional[str] = None
+    error: Optional[str] = None
+    primary: Optional[str] = None
+    targets: Any = None
+    metrics_report: Optional[dict[str, Any]] = None
+
+
+@dataclass(frozen=True)
+class Optimization(_Record):
+    """A search over a blueprint's values; its trials can be promoted to a blueprint version."""
+
+    id: str
+    name: Optional[str] = None
+    blueprint_id: Optional[str] = None
+    status: Optional[str] = None
+    objective: Any = None
+    budget: Optional[dict[str, Any]] = None
+    progress: Any = None
+    created_at: Optional[str] = None
+    started_at: Optional[str] = None
+    completed_at: Optional[str] = None
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Trial(_Record):
+    """One trial of an optimization."""
+
+    id: str
+    trial_number: Optional[int] = None
+    status: Optional[str] = None
+    objective_value: Optional[float] = None
+    metrics_report: Optional[dict[str, Any]] = None
+    trial_values: Optional[dict[str, Any]] = None
+    created_at: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Node(_Record):
+    """A node type of the registry (``MultiModalSource``, ``RecordsSink``, ...)."""
+
+    key: str
+    kind: Optional[str] = None
+    name: Optional[str] = None
+    description: Optional[str] = None
 
 
 class QueryParams(TypedDict, total=False):

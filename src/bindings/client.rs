@@ -20,6 +20,7 @@ use crate::client::config::ClientConfig;
 use crate::client::files::{self, ListOptions, UploadMethod, UploadOptions};
 use crate::client::upload::{self, DirectUploadOptions};
 use crate::client::models::{self, ModelFilters};
+use crate::client::endpoint::{self, JsonCall, Surface};
 use crate::client::query;
 use crate::client::{Error, Transport};
 
@@ -125,7 +126,8 @@ impl CoreClient {
 #[pymethods]
 impl CoreClient {
     #[new]
-    #[pyo3(signature = (api_key, base_url, timeout, connect_timeout, read_timeout, max_retries, default_headers))]
+    #[pyo3(signature = (api_key, base_url, timeout, connect_timeout, read_timeout, max_retries, default_headers, agents_base_url=None))]
+    #[allow(clippy::too_many_arguments)]
     fn py_new(
         py: Python<'_>,
         api_key: Option<String>,
@@ -135,10 +137,13 @@ impl CoreClient {
         read_timeout: f64,
         max_retries: i64,
         default_headers: Option<Vec<(String, String)>>,
+        agents_base_url: Option<String>,
     ) -> PyResult<Self> {
         guard("Client()", || {
             let build = || -> Result<Transport, Error> {
-                let mut config = ClientConfig::resolve(api_key, base_url, |name| std::env::var(name).ok())?;
+                let env = |name: &str| std::env::var(name).ok();
+                let mut config = ClientConfig::resolve(api_key, base_url, env)?;
+                config.set_agents_base(agents_base_url, env)?;
                 apply_options(&mut config, timeout, connect_timeout, read_timeout, max_retries, default_headers)?;
                 Transport::new(config)
             };
@@ -169,6 +174,76 @@ impl CoreClient {
     #[getter]
     fn base_url(&self) -> String {
         self.transport().config.base_url()
+    }
+
+    #[getter]
+    fn agents_base_url(&self) -> String {
+        self.transport().config.agents_base_url()
+    }
+
+    /// One JSON call to any endpoint (`crate::client::endpoint`): the answer's JSON, or with
+    /// `page` a normalised list page `{data, has_more, next_cursor}`.
+    #[pyo3(signature = (method, surface, path, query, body, page, asynchronous))]
+    #[allow(clippy::too_many_arguments)]
+    fn request<'py>(
+        &self,
+        py: Python<'py>,
+        method: &str,
+        surface: &str,
+        path: &Bound<'py, PyAny>,
+        query: Option<&Bound<'py, PyDict>>,
+        body: Option<&Bound<'py, PyAny>>,
+        page: bool,
+        asynchronous: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        guard("request", || {
+            let path = text(py, path, "path")?;
+            let build = || -> Result<JsonCall, Error> {
+                let method = reqwest::Method::from_bytes(method.as_bytes())
+                    .map_err(|_| Error::invalid_argument("method", format!("{method:?} is not an HTTP method")))?;
+                let query = match query {
+                    Some(q) => match py_to_value(q.as_any(), "query")? {
+                        Value::Object(map) => map,
+                        _ => Map::new(),
+                    },
+                    None => Map::new(),
+                };
+                let body = match body {
+                    Some(b) if !b.is_none() => Some(py_to_value(b, "body")?),
+                    _ => None,
+                };
+                Ok(JsonCall { method, surface: Surface::parse(surface)?, path, query, body, page })
+            };
+            let req = build().map_err(|e| to_pyerr(py, e))?;
+            let transport = self.transport();
+            runtime::run(py, "request", asynchronous, async move {
+                Ok(Outcome(endpoint::call(&transport, &req).await.map(Json)))
+            })
+        })
+    }
+
+    /// Downloads a listed reference (relative path or presigned URL) to `path`, atomically.
+    #[pyo3(signature = (surface, reference, path, progress, tick, asynchronous))]
+    #[allow(clippy::too_many_arguments)]
+    fn download_ref<'py>(
+        &self,
+        py: Python<'py>,
+        surface: &str,
+        reference: &Bound<'py, PyAny>,
+        path: PathBuf,
+        progress: &Bound<'py, Progress>,
+        tick: Option<Bound<'py, PyAny>>,
+        asynchronous: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        guard("download_ref", || {
+            let reference = text(py, reference, "reference")?;
+            let surface = Surface::parse(surface).map_err(|e| to_pyerr(py, e))?;
+            let transport = self.transport();
+            let progress = progress.get().inner.clone();
+            runtime::run_ticking(py, "download_ref", asynchronous, tick.as_ref(), async move {
+                Ok(Outcome(endpoint::download_ref(&transport, surface, &reference, &path, progress).await))
+            })
+        })
     }
 
     fn __repr__(&self) -> String {

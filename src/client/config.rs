@@ -11,6 +11,7 @@ use super::secret::ApiKey;
 
 pub const API_KEY_ENV: &str = "SENSORIUM_API_KEY";
 pub const BASE_URL_ENV: &str = "SENSORIUM_BASE_URL";
+pub const AGENTS_BASE_URL_ENV: &str = "SENSORIUM_AGENTS_BASE_URL";
 
 /// The version path of every surface but fine-tuning.
 pub const API_VERSION: &str = "v0.5";
@@ -44,6 +45,9 @@ pub struct ClientConfig {
     pub api_key: ApiKey,
     /// The host root, without any version path, e.g. `https://api.example.com`.
     pub root: Url,
+    /// The prefix `/agents/...` is appended to: `{root}/v0.5` by default, as the spec mounts
+    /// it; some deployments mount agents without the version path (`http://host`).
+    pub agents_base: Option<String>,
     pub timeouts: Timeouts,
     pub retry: RetryPolicy,
     pub default_headers: Vec<(String, String)>,
@@ -79,10 +83,35 @@ impl ClientConfig {
         Ok(ClientConfig {
             api_key: ApiKey::new(api_key.trim()),
             root: root_url(&base_url)?,
+            agents_base: None,
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
             default_headers: Vec::new(),
         })
+    }
+
+    /// Sets the agents prefix from an argument or `SENSORIUM_AGENTS_BASE_URL`; kept verbatim
+    /// (less a trailing `/`), since it names exactly where `/agents` hangs.
+    pub fn set_agents_base(&mut self, given: Option<String>, env: impl Fn(&str) -> Option<String>) -> Result<(), Error> {
+        let Some(text) = given.or_else(|| env(AGENTS_BASE_URL_ENV)).filter(|u| !u.trim().is_empty()) else {
+            self.agents_base = None;
+            return Ok(());
+        };
+        let trimmed = text.trim().trim_end_matches('/');
+        let url = Url::parse(trimmed)
+            .map_err(|e| Error::Config(format!("agents_base_url: {trimmed:?} is not a valid URL ({e})")))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(Error::Config(format!(
+                "agents_base_url: {trimmed:?} must be an http:// or https:// URL with a host"
+            )));
+        }
+        self.agents_base = Some(trimmed.to_string());
+        Ok(())
+    }
+
+    /// Where `/agents/...` paths go.
+    pub fn agents_base_url(&self) -> String {
+        self.agents_base.clone().unwrap_or_else(|| self.base_url())
     }
 
     /// `{root}/v0.5`, the base every surface but fine-tuning is relative to.
@@ -178,6 +207,18 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.api_key.expose(), "from-env");
         assert_eq!(cfg.base_url(), "http://e:2/v0.5");
+    }
+
+    #[test]
+    fn agents_base_defaults_to_the_versioned_base() {
+        let mut cfg = resolve(Some("k"), Some("http://h:1")).unwrap();
+        cfg.set_agents_base(None, |_| None).unwrap();
+        assert_eq!(cfg.agents_base_url(), "http://h:1/v0.5");
+        cfg.set_agents_base(Some("http://h:1/".into()), |_| None).unwrap();
+        assert_eq!(cfg.agents_base_url(), "http://h:1");
+        cfg.set_agents_base(None, |n| (n == AGENTS_BASE_URL_ENV).then(|| "https://a/x".into())).unwrap();
+        assert_eq!(cfg.agents_base_url(), "https://a/x");
+        assert!(cfg.set_agents_base(Some("ftp://h".into()), |_| None).is_err());
     }
 
     #[test]

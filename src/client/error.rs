@@ -139,6 +139,8 @@ pub struct ApiError {
     /// Whether an earlier attempt of the same call failed without an answer, so the server may
     /// have acted on it (an upload may have landed although its response was lost).
     pub after_lost_response: bool,
+    /// What the client can add about the likely cause (a surface mounted elsewhere).
+    pub hint: Option<String>,
 }
 
 /// Statuses the spec's retry rule retries.
@@ -202,6 +204,9 @@ impl fmt::Display for ApiError {
         if let Some(uid) = self.errors.iter().find_map(|e| e.error_uid.as_deref()) {
             write!(f, " [{}]", truncate(uid, 100))?;
         }
+        if let Some(hint) = &self.hint {
+            write!(f, ". {hint}")?;
+        }
         Ok(())
     }
 }
@@ -234,6 +239,7 @@ mod tests {
             retry_after: None,
             attempt: 1,
             after_lost_response: false,
+            hint: None,
         }
     }
 

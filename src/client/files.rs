@@ -316,8 +316,22 @@ pub async fn download(
     dest: &Path,
     progress: Arc<TransferProgress>,
 ) -> Result<u64, Error> {
-    let mut call = Call::get(file_url(transport, "/files/download", file_id)?);
+    let call = Call::get(file_url(transport, "/files/download", file_id)?);
+    download_call(transport, call, file_id, dest, progress).await
+}
+
+/// Streams the body of `call` (a GET) to `dest` through a temporary file beside it, fsynced and
+/// renamed only when complete: the one download path for files, agent results and job outputs.
+/// `label` names the download in errors.
+pub async fn download_call(
+    transport: &Transport,
+    mut call: Call,
+    label: &str,
+    dest: &Path,
+    progress: Arc<TransferProgress>,
+) -> Result<u64, Error> {
     call.streaming = true;
+    let file_id = label;
     let dir = match dest.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

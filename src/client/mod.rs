@@ -13,6 +13,7 @@ pub use config::ClientConfig;
 pub use error::{ApiError, Error};
 pub use transport::{Call, RequestBody, Transport};
 
+pub mod endpoint;
 pub mod files;
 pub mod models;
 pub mod pagination;

@@ -5,8 +5,10 @@ use serde_json::Value;
 use crate::wire::page::CursorPage;
 
 /// Reads a list response: `{data, has_more, next_cursor, prev_cursor}` (1.1.11 on), a bare
-/// array (some file listings), or `{<entity>: [...]}` with a single array field. Pages with
-/// `has_more` but no cursor are treated as the last page, so iteration always ends.
+/// array (some file listings), `{<entity>: [...]}` with a single array field, or the older
+/// offset style `{total, offset, limit, <entity>: [...]}`, whose next page is given as the next
+/// offset in `next_cursor` (the caller sends it back as `offset`). Pages with `has_more` but no
+/// cursor are treated as the last page, so iteration always ends.
 pub fn normalize_page(body: Value) -> CursorPage<Value> {
     match body {
         Value::Array(items) => CursorPage { data: items, ..Default::default() },
@@ -26,6 +28,15 @@ pub fn normalize_page(body: Value) -> CursorPage<Value> {
                 }
             };
             let text = |v: Option<&Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+            if let (Some(total), Some(offset)) =
+                (map.get("total").and_then(Value::as_u64), map.get("offset").and_then(Value::as_u64))
+            {
+                if !map.contains_key("next_cursor") {
+                    let next = offset.saturating_add(data.len() as u64);
+                    let has_more = !data.is_empty() && next < total;
+                    return CursorPage { data, has_more, next_cursor: has_more.then(|| next.to_string()), prev_cursor: None };
+                }
+            }
             let next_cursor = text(map.get("next_cursor"));
             let has_more = map.get("has_more").and_then(Value::as_bool).unwrap_or(false) && next_cursor.is_some();
             CursorPage { data, has_more, next_cursor, prev_cursor: text(map.get("prev_cursor")) }
@@ -49,5 +60,11 @@ mod tests {
         assert_eq!(p.data.len(), 1);
         let p = normalize_page(json!({"data": [], "has_more": true, "next_cursor": null}));
         assert!(!p.has_more, "has_more without a cursor would loop forever");
+        let p = normalize_page(json!({"job_id": "j", "total": 5, "offset": 2, "limit": 2, "events": [1, 2]}));
+        assert_eq!((p.data.len(), p.has_more, p.next_cursor.as_deref()), (2, true, Some("4")));
+        let p = normalize_page(json!({"total": 5, "offset": 4, "limit": 2, "events": [1]}));
+        assert!(!p.has_more && p.next_cursor.is_none());
+        let p = normalize_page(json!({"total": 9, "offset": 0, "events": []}));
+        assert!(!p.has_more, "an empty page ends the list whatever total says");
     }
 }

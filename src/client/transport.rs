@@ -325,6 +325,7 @@ impl Transport {
             retry_after,
             attempt: 1,
             after_lost_response: false,
+            hint: None,
         }
     }
 }

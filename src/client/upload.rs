@@ -473,6 +473,7 @@ mod tests {
             retry_after: None,
             attempt: 1,
             after_lost_response: false,
+            hint: None,
         })
     }
 

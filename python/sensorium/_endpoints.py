@@ -1,0 +1,246 @@
+"""Endpoints written once for ``Client`` and ``AsyncClient``.
+
+A resource method does not make its call: it checks its arguments and returns a description
+(``Request``, ``ListRequest``) or, for work of several steps (``wait``, ``download_results``), a
+generator of steps. The client's runner carries it out: blocking on ``Client``, as an awaitable on
+``AsyncClient``. Every request goes through the native core's one generic JSON call (auth,
+retries, stall timeouts, typed errors, both list styles)::
+
+    class Bundles(Resource):
+        def get(self, bundle_id: str) -> Bundle:
+            return self._call(Request("GET", f"/agents/bundles/{segment(bundle_id, 'bundle_id')}",
+                                      surface="agents", cast=Bundle.from_dict))
+
+The ``.pyi`` stubs beside each resource module are the only place that spells the two return
+types (``Bundle`` on ``Client``, ``Awaitable[Bundle]`` on ``AsyncClient``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Generator, Generic, Literal, Mapping, Optional, TypeVar, Union
+from urllib.parse import quote
+
+from . import _core
+from .errors import InvalidArgumentError
+from .pagination import AsyncPager, Page, SyncPager
+
+T = TypeVar("T")
+Surface = Literal["api", "fine_tuning", "agents"]
+
+
+def _identity(raw: Any) -> Any:
+    return raw
+
+
+@dataclass(frozen=True)
+class Request(Generic[T]):
+    """One JSON call: ``path`` under ``surface``'s base URL; ``cast`` builds the result from the
+    answer's JSON (``None`` for an empty answer)."""
+
+    method: str
+    path: str
+    query: Mapping[str, Any] = field(default_factory=dict)
+    body: Any = None
+    surface: Surface = "api"
+    cast: Callable[[Any], T] = _identity
+
+
+@dataclass(frozen=True)
+class ListRequest(Generic[T]):
+    """A list, followed page by page. ``cursor_param`` is where the next page's cursor goes
+    (``after`` for most lists, ``cursor`` for batch, ``offset`` for offset-style lists)."""
+
+    path: str
+    item: Callable[[Any], T]
+    query: Mapping[str, Any] = field(default_factory=dict)
+    surface: Surface = "api"
+    cursor_param: str = "after"
+    start: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """A pause inside a multi-step operation (interruptible by Ctrl-C on ``Client``)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Download:
+    """Stream a listed reference (relative path or presigned URL) to ``path``, atomically."""
+
+    reference: str
+    path: Path
+    surface: Surface = "api"
+
+
+@dataclass(frozen=True)
+class CollectList(Generic[T]):
+    """Every item of a list, as one step (for operations that need the whole list)."""
+
+    request: ListRequest[T]
+
+
+Step = Union[Request[Any], Sleep, Download, CollectList[Any]]
+Operation = Generator[Step, Any, T]
+
+
+def segment(value: Any, argument: str) -> str:
+    """``value`` as one percent-encoded path segment, refused before sending when it cannot be one.
+
+    >>> segment("agt_01", "agent_id")
+    'agt_01'
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{argument}: expected a str, got {type(value).__name__}")
+    if value in ("", ".", ".."):
+        raise InvalidArgumentError(f"{argument}: {value!r} is not an id", argument=argument)
+    try:
+        return quote(value, safe="")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(
+            f"{argument}: contains a character that cannot be encoded as UTF-8 (a lone surrogate)",
+            argument=argument,
+        ) from None
+
+
+def query(**params: Any) -> dict[str, Any]:
+    """Query parameters with the ones not given (``None``) left out."""
+    return {k: v for k, v in params.items() if v is not None}
+
+
+class SyncRunner:
+    """Carries out descriptions on the blocking client."""
+
+    asynchronous = False
+
+    def __init__(self, core: Callable[[], Any]) -> None:
+        self._core = core
+
+    def call(self, request: Request[T]) -> T:
+        raw = self._core().request(request.method, request.surface, request.path, dict(request.query),
+                                   request.body, False, False)
+        return request.cast(raw)
+
+    def pager(self, request: ListRequest[T]) -> SyncPager[T]:
+        def fetch(cursor: Optional[str]) -> Page[T]:
+            params = dict(request.query)
+            if cursor is not None:
+                params[request.cursor_param] = cursor
+            raw = self._core().request("GET", request.surface, request.path, params, None, True, False)
+            return Page.from_raw(raw, request.item)
+
+        return SyncPager(fetch, request.start)
+
+    def drive(self, operation: Operation[T]) -> T:
+        value: Any = None
+        error: Optional[BaseException] = None
+        while True:
+            try:
+                step = operation.throw(error) if error is not None else operation.send(value)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+            value, error = None, None
+            try:
+                value = self._step(step)
+            except Exception as e:  # handed to the operation, which may turn it into success
+                error = e
+
+    def _step(self, step: Step) -> Any:
+        if isinstance(step, Request):
+            return self.call(step)
+        if isinstance(step, Sleep):
+            time.sleep(step.seconds)
+            return None
+        if isinstance(step, CollectList):
+            return list(self.pager(step.request))
+        if isinstance(step, Download):
+            step.path.parent.mkdir(parents=True, exist_ok=True)
+            self._core().download_ref(step.surface, step.reference, os.fspath(step.path), _core.Progress(), None,
+                                      False)
+            return step.path
+        raise TypeError(f"unknown step {step!r}")
+
+
+class AsyncRunner:
+    """Carries out descriptions on the asyncio client: every call returns an awaitable."""
+
+    asynchronous = True
+
+    def __init__(self, core: Callable[[], Any]) -> None:
+        self._core = core
+
+    async def call(self, request: Request[T]) -> T:
+        raw = await self._core().request(request.method, request.surface, request.path, dict(request.query),
+                                         request.body, False, True)
+        return request.cast(raw)
+
+    def pager(self, request: ListRequest[T]) -> AsyncPager[T]:
+        async def fetch(cursor: Optional[str]) -> Page[T]:
+            params = dict(request.query)
+            if cursor is not None:
+                params[request.cursor_param] = cursor
+            raw = await self._core().request("GET", request.surface, request.path, params, None, True, True)
+            return Page.from_raw(raw, request.item)
+
+        return AsyncPager(fetch, request.start)
+
+    async def drive(self, operation: Operation[T]) -> T:
+        value: Any = None
+        error: Optional[BaseException] = None
+        while True:
+            try:
+                step = operation.throw(error) if error is not None else operation.send(value)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+            value, error = None, None
+            try:
+                value = await self._step(step)
+            except Exception as e:  # handed to the operation, which may turn it into success
+                error = e
+
+    async def _step(self, step: Step) -> Any:
+        if isinstance(step, Request):
+            return await self.call(step)
+        if isinstance(step, Sleep):
+            await asyncio.sleep(step.seconds)
+            return None
+        if isinstance(step, CollectList):
+            return [item async for item in self.pager(step.request)]
+        if isinstance(step, Download):
+            step.path.parent.mkdir(parents=True, exist_ok=True)
+            await self._core().download_ref(step.surface, step.reference, os.fspath(step.path), _core.Progress(),
+                                            None, True)
+            return step.path
+        raise TypeError(f"unknown step {step!r}")
+
+
+Runner = Union[SyncRunner, AsyncRunner]
+
+
+class Resource:
+    """Base of the resources written once for both clients: ``_call``, ``_list`` and ``_drive``
+    return the result on ``Client`` and an awaitable (or an async pager) on ``AsyncClient``."""
+
+    def __init__(self, runner: Runner) -> None:
+        self._runner = runner
+
+    def _call(self, request: Request[T]) -> Any:
+        return self._runner.call(request)
+
+    def _list(self, request: ListRequest[T]) -> Any:
+        return self._runner.pager(request)
+
+    def _drive(self, operation: Operation[T]) -> Any:
+        return self._runner.drive(operation)
+
+    def __repr__(self) -> str:
+        kind = "async " if self._runner.asynchronous else ""
+        return f"<{kind}{type(self).__name__} resource>"

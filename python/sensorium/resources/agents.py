@@ -1,0 +1,631 @@
+"""``client.agents``: blueprints, bundles, runs (instances), evaluations, optimizations and the
+node registry. Every method is written once and serves ``Client`` (results) and ``AsyncClient``
+(awaitables, async pagers); ``agents.pyi`` spells the two signatures.
+
+Example::
+
+    bundle = client.agents.bundles.create("osm", name="Line 3")
+    run = client.agents.bundles.run(bundle.id, client.files.upload("line3.csv"))
+    agent = client.agents.instances.wait(run.id, timeout=600)
+    paths = client.agents.instances.download_results(agent.id, "results/")
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar, Union
+
+import yaml
+
+from .._endpoints import CollectList, Download, ListRequest, Operation, Request, Resource, Runner, Sleep, query, segment
+from ..errors import AgentRunError, ConflictError, InvalidArgumentError, WaitTimeoutError
+from ..types import (
+    TERMINAL_STATUSES,
+    Agent,
+    AgentEvent,
+    AgentLog,
+    AgentResult,
+    Blueprint,
+    BlueprintSummary,
+    Bundle,
+    Eval,
+    FileRecord,
+    Node,
+    Optimization,
+    Trial,
+)
+
+__all__ = ["Agents", "AsyncAgents"]
+
+R = TypeVar("R")
+SourceItem = Union[str, FileRecord, Mapping[str, Any]]
+
+# Log event types that say a run has ended; the status field is known to lag behind them.
+TERMINAL_EVENTS = {"job.completed": "completed", "job.failed": "failed", "job.canceled": "canceled",
+                   "job.cancelled": "canceled"}
+BUNDLE_SORTS = ("created_at", "last_run_at", "name")
+ORDERS = ("asc", "desc")
+# wait(): the first poll comes quickly (runs are often short), later ones back off to this.
+FIRST_POLL_SECONDS = 0.2
+MAX_POLL_SECONDS = 5.0
+
+
+def _one_of(value: Optional[str], allowed: Sequence[str], argument: str) -> Optional[str]:
+    if value is not None and value not in allowed:
+        raise InvalidArgumentError(f"{argument}: is {value!r}; it takes one of {', '.join(allowed)}", argument=argument)
+    return value
+
+
+def _limit(limit: Optional[int]) -> Optional[int]:
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit: expected an int, got {type(limit).__name__}")
+    if not 1 <= limit <= 1000:
+        raise InvalidArgumentError(f"limit: is {limit}; it takes 1 to 1000", argument="limit")
+    return limit
+
+
+def _mapping(value: Any, argument: str) -> Optional[dict[str, Any]]:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{argument}: expected a dict, got {type(value).__name__}")
+    return dict(value)
+
+
+def data_ref(item: SourceItem, argument: str = "source") -> dict[str, Any]:
+    """A data ref ``{type, id, format}`` from a file id, a ``FileRecord`` or a ref dict. A file's
+    format is its extension (``line3.csv`` -> ``csv``).
+
+    >>> data_ref("line3.csv")
+    {'type': 'file', 'id': 'line3.csv', 'format': 'csv'}
+    """
+    if isinstance(item, FileRecord):
+        item = item.file_id
+    if isinstance(item, str):
+        if not item:
+            raise InvalidArgumentError(f"{argument}: a file id is empty", argument=argument)
+        suffix = PurePosixPath(item).suffix.lower().lstrip(".")
+        ref: dict[str, Any] = {"type": "file", "id": item}
+        if suffix:
+            ref["format"] = suffix
+        return ref
+    if isinstance(item, Mapping):
+        if not isinstance(item.get("type"), str) or not isinstance(item.get("id"), str):
+            raise InvalidArgumentError(f"{argument}: a data ref needs 'type' and 'id' strings, got {dict(item)!r:.120}",
+                                       argument=argument)
+        return dict(item)
+    raise TypeError(f"{argument}: expected a file id, a FileRecord or a data ref dict, got {type(item).__name__}")
+
+
+def _refs(items: Any, argument: str) -> list[dict[str, Any]]:
+    if isinstance(items, (str, FileRecord, Mapping)):
+        items = [items]
+    if not isinstance(items, Iterable):
+        raise TypeError(f"{argument}: expected file ids, FileRecords or data refs, got {type(items).__name__}")
+    return [data_ref(item, argument) for item in items]
+
+
+def _examples(examples: Any, argument: str) -> list[dict[str, Any]]:
+    """Examples as the platform takes them: a whole example dict (with ``inputs``) as is, anything
+    else (file id, ``FileRecord``, data ref) as an example with that one input."""
+    if examples is None:
+        raise InvalidArgumentError(f"{argument}: is required", argument=argument)
+    if isinstance(examples, (str, FileRecord)) or (isinstance(examples, Mapping)):
+        examples = [examples]
+    out = []
+    for example in examples:
+        if isinstance(example, Mapping) and "inputs" in example:
+            whole = dict(example)
+            whole["inputs"] = _refs(whole["inputs"], argument)
+            out.append(whole)
+        else:
+            out.append({"inputs": [data_ref(example, argument)]})
+    if not out:
+        raise InvalidArgumentError(f"{argument}: needs at least one example", argument=argument)
+    return out
+
+
+def _without_id(document: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in document.items() if k != "blueprint_id"}
+
+
+def _parse_yaml(text: str, argument: str) -> dict[str, Any]:
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise InvalidArgumentError(f"{argument}: is not valid YAML{where}: {e.problem or e}", argument=argument) from None
+    except yaml.YAMLError as e:
+        raise InvalidArgumentError(f"{argument}: is not valid YAML: {e}", argument=argument) from None
+    if not isinstance(parsed, dict):
+        raise InvalidArgumentError(f"{argument}: must describe a blueprint document (a mapping), got "
+                                   f"{type(parsed).__name__}", argument=argument)
+    return parsed
+
+
+def blueprint_documents(document: Any, yaml_document: Optional[str]) -> dict[str, Any]:
+    """The ``document``/``yaml_document`` fields of a blueprint create: a dict or YAML text for
+    ``document``, YAML for ``yaml_document``; with both, they must describe the same blueprint."""
+    fields: dict[str, Any] = {}
+    if isinstance(document, str):
+        if yaml_document is not None and yaml_document != document:
+            raise InvalidArgumentError("document: given as YAML text and yaml_document differs; pass one",
+                                       argument="document")
+        yaml_document, document = document, None
+    if document is not None and not isinstance(document, Mapping):
+        raise TypeError(f"document: expected a dict or YAML text, got {type(document).__name__}")
+    if yaml_document is not None and not isinstance(yaml_document, str):
+        raise TypeError(f"yaml_document: expected YAML text (str), got {type(yaml_document).__name__}")
+    if document is None and yaml_document is None:
+        raise InvalidArgumentError("document: a blueprint needs a document (a dict or YAML text) or yaml_document",
+                                   argument="document")
+    parsed = _parse_yaml(yaml_document, "yaml_document") if yaml_document is not None else None
+    if document is not None and parsed is not None and _without_id(document) != _without_id(parsed):
+        differing = sorted(k for k in set(document) | set(parsed)
+                           if k != "blueprint_id" and document.get(k) != parsed.get(k))
+        raise InvalidArgumentError(
+            f"document: document and yaml_document describe different blueprints (they differ in "
+            f"{', '.join(differing)})", argument="document")
+    fields["document"] = dict(document) if document is not None else parsed
+    if yaml_document is not None:
+        fields["yaml_document"] = yaml_document
+    return fields
+
+
+class Blueprints(Resource):
+    """Blueprints: graph definitions registered under a key, with versions."""
+
+    def create(self, blueprint_key: str, *, document: Any = None, yaml_document: Optional[str] = None,
+               canonical: bool = False, replacement_of: Optional[str] = None) -> Any:
+        """Registers a blueprint (the admin role; ``canonical=True`` needs super-admin). ``document``
+        is a dict or YAML text; with ``yaml_document`` too, both must describe the same blueprint.
+        ``replacement_of`` (the ``blp_`` id of the key's active version) makes a new version.
+
+        >>> client.agents.blueprints.create("my-osm", document=doc)  # doctest: +SKIP
+        """
+        segment(blueprint_key, "blueprint_key")
+        body: dict[str, Any] = {"blueprint_key": blueprint_key, **blueprint_documents(document, yaml_document)}
+        if canonical:
+            body["canonical"] = True
+        if replacement_of is not None:
+            body["replacement_of"] = replacement_of
+        return self._call(Request("POST", "/agents/blueprints", body=body, surface="agents", cast=Blueprint.from_dict))
+
+    def list(self, *, key: Optional[str] = None, bundles_count: Optional[bool] = None, limit: Optional[int] = None,
+             after: Optional[str] = None, before: Optional[str] = None) -> Any:
+        """Every blueprint visible to you, newest first, fetched page by page.
+
+        >>> [b.blueprint_key for b in client.agents.blueprints.list()]  # doctest: +SKIP
+        """
+        if after is not None and before is not None:
+            raise InvalidArgumentError("before: after and before exclude each other", argument="before")
+        params = query(key=key, bundles_count=bundles_count, limit=_limit(limit), before=before)
+        return self._list(ListRequest("/agents/blueprints", BlueprintSummary.from_dict, params, "agents", start=after))
+
+    def get(self, reference: str, *, yaml: bool = False) -> Any:
+        """One blueprint by ``blp_`` id or key, with its document (and YAML when ``yaml=True``)."""
+        path = f"/agents/blueprints/{segment(reference, 'reference')}"
+        return self._call(Request("GET", path, query(yaml=yaml or None), surface="agents", cast=Blueprint.from_dict))
+
+    def delete(self, reference: str) -> Any:
+        """Deletes a blueprint."""
+        return self._call(Request("DELETE", f"/agents/blueprints/{segment(reference, 'reference')}", surface="agents"))
+
+    def versions(self, reference: str) -> Any:
+        """Every version that has held the key, newest first (replaced ones with their archived keys)."""
+        path = f"/agents/blueprints/{segment(reference, 'reference')}/versions"
+        return self._list(ListRequest(path, BlueprintSummary.from_dict, surface="agents"))
+
+
+class Bundles(Resource):
+    """Bundles: a pinned blueprint with value and model overrides."""
+
+    def create(self, blueprint: str, *, name: str, description: Optional[str] = None,
+               models: Optional[Mapping[str, Any]] = None, values: Optional[Mapping[str, Any]] = None,
+               artifacts: Optional[Mapping[str, Any]] = None, model: Any = None) -> Any:
+        """Creates a bundle of ``blueprint`` (a key or ``blp_`` id). ``models`` maps slot names to
+        registry tags (release 1.1.10 on; the single ``model`` field is gone).
+
+        >>> client.agents.bundles.create("osm", name="Line 3", values={"window_size": 64})  # doctest: +SKIP
+        """
+        if model is not None:
+            raise InvalidArgumentError(
+                "model: bundles no longer take a single model (removed in release 1.1.10); pass models={slot: tag}",
+                argument="model")
+        segment(blueprint, "blueprint")
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError("name: a bundle needs a non-empty name", argument="name")
+        body = query(blueprint=blueprint, name=name, description=description, models=_mapping(models, "models"),
+                     values=_mapping(values, "values"), artifacts=_mapping(artifacts, "artifacts"))
+        return self._call(Request("POST", "/agents/bundles", body=body, surface="agents", cast=Bundle.from_dict))
+
+    def list(self, *, sort: Optional[str] = None, order: Optional[str] = None, query: Optional[str] = None,
+             blueprint_id: Optional[str] = None, limit: Optional[int] = None) -> Any:
+        """Every bundle visible to you (canonical Quick Starts included); ``query`` matches name and id.
+
+        >>> [b.name for b in client.agents.bundles.list(query="Quick Start")]  # doctest: +SKIP
+        """
+        params = {k: v for k, v in dict(sort=_one_of(sort, BUNDLE_SORTS, "sort"), order=_one_of(order, ORDERS, "order"),
+                                        query=query, blueprint_id=blueprint_id, limit=_limit(limit)).items()
+                  if v is not None}
+        return self._list(ListRequest("/agents/bundles", Bundle.from_dict, params, "agents"))
+
+    def get(self, bundle_id: str, *, include_latest_runs: bool = False) -> Any:
+        """One bundle; ``include_latest_runs`` adds its five newest runs."""
+        path = f"/agents/bundles/{segment(bundle_id, 'bundle_id')}"
+        params = query(include_latest_runs=include_latest_runs or None)
+        return self._call(Request("GET", path, params, surface="agents", cast=Bundle.from_dict))
+
+    def delete(self, bundle_id: str) -> Any:
+        """Deletes a bundle."""
+        return self._call(Request("DELETE", f"/agents/bundles/{segment(bundle_id, 'bundle_id')}", surface="agents"))
+
+    def run(self, bundle_id: str, source: Any = None, *, sink: Optional[SourceItem] = None,
+            mode: Optional[str] = None) -> Any:
+        """Starts an agent: one run of the bundle over ``source`` (file ids, ``FileRecord``s or data
+        refs; several files share the input port). Without ``sink`` each input gets its own result
+        file; with it, all output goes to that one file. ``mode="serving"`` starts a serving agent
+        (no source) that answers ``instances.query``.
+
+        >>> run = client.agents.bundles.run(bundle.id, ["a.csv", "b.csv"])  # doctest: +SKIP
+        """
+        path = f"/agents/bundles/{segment(bundle_id, 'bundle_id')}/run"
+        if mode == "serving":
+            connectors: dict[str, Any] = {"source": _refs(source, "source") if source is not None else []}
+        else:
+            if source is None:
+                raise InvalidArgumentError("source: a run needs at least one input (file id, FileRecord or data ref)",
+                                           argument="source")
+            connectors = {"source": _refs(source, "source")}
+            if not connectors["source"]:
+                raise InvalidArgumentError("source: a run needs at least one input", argument="source")
+        if sink is not None:
+            connectors["sink"] = data_ref(sink, "sink")
+        body = query(connectors=connectors, mode=mode)
+        return self._call(Request("POST", path, body=body, surface="agents", cast=Agent.from_dict))
+
+
+def _status_word(record: Any) -> str:
+    status = (getattr(record, "status", None) or "").lower()
+    return "canceled" if status == "cancelled" else status
+
+
+def _poll_delays() -> Iterable[float]:
+    delay = FIRST_POLL_SECONDS
+    while True:
+        yield delay
+        delay = min(delay * 1.6, MAX_POLL_SECONDS)
+
+
+class _StatusBar:
+    """``progress=True`` on ``wait``: a tqdm line with the status and the time waited."""
+
+    def __init__(self, enabled: bool, description: str) -> None:
+        self._bar: Any = None
+        if not enabled:
+            return
+        try:
+            from tqdm.auto import tqdm  # type: ignore[import-untyped, unused-ignore]
+        except ImportError:
+            raise InvalidArgumentError("progress: progress=True needs tqdm (pip install 'sensorium[progress]')",
+                                       argument="progress") from None
+        self._bar = tqdm(total=None, desc=description, bar_format="{desc}: {postfix} [{elapsed}]")
+
+    def show(self, status: str) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str(status)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], Request[list[AgentLog]]]],
+             timeout: Optional[float], progress: bool, what: str) -> Operation[R]:
+    """Polls ``get()`` with backoff until the record's status is terminal. With ``recent_logs`` the
+    logs decide too (the status field lags): a terminal log event ends the wait, and the record
+    comes back with the status the logs show. A failure raises ``AgentRunError``."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+        raise InvalidArgumentError(f"timeout: is {timeout!r}; it takes seconds (0 or more) or None",
+                                   argument="timeout")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    bar = _StatusBar(progress, what)
+    delays = iter(_poll_delays())
+    try:
+        while True:
+            record = yield get()
+            status = _status_word(record)
+            logs: list[AgentLog] = []
+            if status not in TERMINAL_STATUSES and recent_logs is not None:
+                logs = yield recent_logs()
+                ended = next((TERMINAL_EVENTS[log.event_type] for log in logs if log.event_type in TERMINAL_EVENTS), None)
+                if ended is not None:
+                    status = ended
+                    record = replace(record, status=ended)  # type: ignore[type-var]
+            bar.show(status or "?")
+            if status in TERMINAL_STATUSES:
+                if status == "failed":
+                    if not logs and recent_logs is not None:
+                        logs = yield recent_logs()
+                    error = getattr(record, "error", None) or next(
+                        (log.message for log in logs if log.event_type == "job.failed" and log.message), None)
+                    raise AgentRunError(f"{what} failed: {error or '(no error given)'}", agent=record, error=error,
+                                        logs=logs)
+                return record
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise WaitTimeoutError(f"{what} is still {status or 'unfinished'} after {timeout}s; it goes on on the "
+                                       "platform (wait again, or cancel it)", record=record)
+            delay = next(delays)
+            yield Sleep(delay if remaining is None else min(delay, remaining))
+    finally:
+        bar.close()
+
+
+class Instances(Resource):
+    """Agents: one run of a bundle each."""
+
+    def list(self, *, status: Optional[str] = None, query: Optional[str] = None, bundle_id: Optional[str] = None,
+             blueprint_id: Optional[str] = None, limit: Optional[int] = None) -> Any:
+        """Every run of your organization, newest first; filters combine."""
+        params = {k: v for k, v in dict(status=status, query=query, bundle_id=bundle_id, blueprint_id=blueprint_id,
+                                        limit=_limit(limit)).items() if v is not None}
+        return self._list(ListRequest("/agents/instances", Agent.from_dict, params, "agents"))
+
+    def _path(self, agent_id: str, tail: str = "") -> str:
+        return f"/agents/instances/{segment(agent_id, 'agent_id')}{tail}"
+
+    def get(self, agent_id: str) -> Any:
+        """One run's record."""
+        return self._call(Request("GET", self._path(agent_id), surface="agents", cast=Agent.from_dict))
+
+    def delete(self, agent_id: str) -> Any:
+        """Deletes a finished run (a running or paused one must be canceled first: 409)."""
+        return self._call(Request("DELETE", self._path(agent_id), surface="agents"))
+
+    def pause(self, agent_id: str) -> Any:
+        """Pauses a running agent (409 when it is not running)."""
+        return self._call(Request("POST", self._path(agent_id, "/pause"), surface="agents", cast=Agent.from_dict))
+
+    def resume(self, agent_id: str) -> Any:
+        """Resumes a paused agent."""
+        return self._call(Request("POST", self._path(agent_id, "/resume"), surface="agents", cast=Agent.from_dict))
+
+    def cancel(self, agent_id: str, *, ok_if_terminal: bool = False) -> Any:
+        """Cancels a running or paused agent. The platform answers 409 when it has already ended;
+        with ``ok_if_terminal=True`` that is success and the agent's record is returned (an unknown
+        id is still ``NotFoundError``).
+
+        >>> client.agents.instances.cancel(run.id, ok_if_terminal=True).status  # doctest: +SKIP
+        'canceled'
+        """
+        return self._drive(self._cancel(agent_id, ok_if_terminal))
+
+    def _cancel(self, agent_id: str, ok_if_terminal: bool) -> Operation[Agent]:
+        try:
+            agent: Agent = yield Request("POST", self._path(agent_id, "/cancel"), surface="agents", cast=Agent.from_dict)
+            return agent
+        except ConflictError:
+            if not ok_if_terminal:
+                raise
+        current: Agent = yield Request("GET", self._path(agent_id), surface="agents", cast=Agent.from_dict)
+        return current
+
+    def events(self, agent_id: str) -> Any:
+        """The run's events, page by page."""
+        return self._list(ListRequest(self._path(agent_id, "/events"), AgentEvent.from_dict, surface="agents"))
+
+    def logs(self, agent_id: str, *, level: Optional[str] = None, search: Optional[str] = None,
+             limit: Optional[int] = None) -> Any:
+        """The run's log lines, newest first; ``level`` and ``search`` narrow them."""
+        params = {k: v for k, v in dict(level=level, search=search, limit=_limit(limit)).items() if v is not None}
+        return self._list(ListRequest(self._path(agent_id, "/logs"), AgentLog.from_dict, params, "agents"))
+
+    def results(self, agent_id: str) -> Any:
+        """The run's output files (listed once it has ended)."""
+        return self._list(ListRequest(self._path(agent_id, "/results"), AgentResult.from_dict, surface="agents"))
+
+    def query(self, agent_id: str, data: Any) -> Any:
+        """Asks a serving agent (``bundles.run(..., mode="serving")``). ``data`` is a dict sent as
+        is, or a numeric window shaped as ``embed`` takes it. Returns the answer's JSON.
+
+        >>> client.agents.instances.query(agent.id, {"text": "status?"})  # doctest: +SKIP
+        """
+        if isinstance(data, Mapping):
+            body: dict[str, Any] = dict(data)
+        else:
+            from .._numeric import as_channels
+
+            channels = as_channels(data, "data")
+            body = {"type": "data.numeric_array", "event_data": {"contents": channels.reshape(
+                (1, -1) if channels.ndim == 1 else channels.shape).tolist()}}
+        return self._call(Request("POST", self._path(agent_id, "/query"), body=body, surface="agents"))
+
+    def _recent_logs(self, agent_id: str) -> Request[list[AgentLog]]:
+        # One page of the newest lines is enough: the terminal event is the newest row.
+        def cast(raw: Any) -> list[AgentLog]:
+            items = raw.get("data", []) if isinstance(raw, dict) else raw if isinstance(raw, list) else []
+            return [AgentLog.from_dict(item) for item in items if isinstance(item, dict)]
+
+        return Request("GET", self._path(agent_id, "/logs"), {"limit": 20}, surface="agents", cast=cast)
+
+    def wait(self, agent_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
+        """Waits until the run ends and returns its final ``Agent``. Polls with backoff; Ctrl-C
+        interrupts it. "Ended" is read from the status (``canceled`` and ``cancelled`` alike) and
+        from the terminal events in the logs, because the status is known to lag. A failed run
+        raises ``AgentRunError`` with the agent, its error and its last log lines; ``timeout``
+        raises ``WaitTimeoutError``.
+
+        >>> agent = client.agents.instances.wait(run.id, timeout=600, progress=True)  # doctest: +SKIP
+        """
+        segment(agent_id, "agent_id")
+        return self._drive(wait_for(lambda: Request("GET", self._path(agent_id), surface="agents",
+                                                    cast=Agent.from_dict),
+                                    lambda: self._recent_logs(agent_id), timeout, progress, f"agent {agent_id}"))
+
+    def download_results(self, agent_id: str, directory: Union[str, "os.PathLike[str]"]) -> Any:
+        """Downloads every result file of a run into ``directory`` (created when missing), each
+        under its ``filename``, streamed and atomic like ``files.download``. Relative
+        ``/files/download/...`` refs and presigned URLs alike. Returns the paths, in listing order.
+
+        >>> client.agents.instances.download_results(run.id, "out/")  # doctest: +SKIP
+        [PosixPath('out/agt_..._output_line3.csv')]
+        """
+        return self._drive(self._download_results(agent_id, Path(os.fspath(directory))))
+
+    def _download_results(self, agent_id: str, directory: Path) -> Operation[list[Path]]:
+        results: list[AgentResult] = yield CollectList(
+            ListRequest(self._path(agent_id, "/results"), AgentResult.from_dict, surface="agents"))
+        directory.mkdir(parents=True, exist_ok=True)
+        paths: list[Path] = []
+        for result in results:
+            name, ref = result.filename, result.ref
+            if not name or not ref:
+                raise InvalidArgumentError(f"agent_id: result {result.id} has no filename or ref to download",
+                                           argument="agent_id")
+            # A server-given name must stay inside `directory`.
+            target = directory / PurePosixPath(name).name
+            path: Path = yield Download(ref, target, "agents")
+            paths.append(path)
+        return paths
+
+
+class Evals(Resource):
+    """Evaluations of a blueprint over labelled examples."""
+
+    def create(self, blueprint_id: str, examples: Any, *, name: Optional[str] = None, primary: Optional[str] = None,
+               targets: Any = None, emit_predictions: Optional[bool] = None) -> Any:
+        """Starts an evaluation. ``examples`` are file ids, ``FileRecord``s, data refs or whole
+        example dicts (``{"inputs": [...], "ground_truth": ...}``)."""
+        segment(blueprint_id, "blueprint_id")
+        body = query(blueprint_id=blueprint_id, examples=_examples(examples, "examples"), name=name, primary=primary,
+                     targets=targets, emit_predictions=emit_predictions)
+        return self._call(Request("POST", "/agents/evals", body=body, surface="agents", cast=Eval.from_dict))
+
+    def list(self, *, limit: Optional[int] = None) -> Any:
+        """Every evaluation, page by page."""
+        return self._list(ListRequest("/agents/evals", Eval.from_dict, query(limit=_limit(limit)), "agents"))
+
+    def _path(self, eval_id: str, tail: str = "") -> str:
+        return f"/agents/evals/{segment(eval_id, 'eval_id')}{tail}"
+
+    def get(self, eval_id: str) -> Any:
+        """One evaluation."""
+        return self._call(Request("GET", self._path(eval_id), surface="agents", cast=Eval.from_dict))
+
+    def delete(self, eval_id: str) -> Any:
+        """Deletes an evaluation."""
+        return self._call(Request("DELETE", self._path(eval_id), surface="agents"))
+
+    def cancel(self, eval_id: str) -> Any:
+        """Cancels a running evaluation."""
+        return self._call(Request("POST", self._path(eval_id, "/cancel"), surface="agents", cast=Eval.from_dict))
+
+    def examples(self, eval_id: str) -> Any:
+        """The evaluation's examples (with their results once done), page by page."""
+        return self._list(ListRequest(self._path(eval_id, "/examples"), dict, surface="agents"))
+
+    def wait(self, eval_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
+        """Waits until the evaluation ends; returns the final ``Eval`` (``AgentRunError`` if failed)."""
+        segment(eval_id, "eval_id")
+        return self._drive(wait_for(lambda: Request("GET", self._path(eval_id), surface="agents", cast=Eval.from_dict),
+                                    None, timeout, progress, f"evaluation {eval_id}"))
+
+
+class Optimizations(Resource):
+    """Optimizations: searches over a blueprint's values, trial by trial."""
+
+    def create(self, blueprint_id: str, *, objective: Any, validation_examples: Any, max_trials: int,
+               training_examples: Any = None, calibration_examples: Any = None, search_space: Any = None,
+               overrides: Any = None, constraints: Any = None, name: Optional[str] = None) -> Any:
+        """Starts an optimization of ``blueprint_id`` for ``objective`` within ``max_trials`` trials."""
+        segment(blueprint_id, "blueprint_id")
+        if isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1:
+            raise InvalidArgumentError(f"max_trials: is {max_trials!r}; it takes a whole number from 1",
+                                       argument="max_trials")
+        body = query(
+            blueprint_id=blueprint_id, objective=objective,
+            validation_examples=_examples(validation_examples, "validation_examples"),
+            training_examples=None if training_examples is None else _examples(training_examples, "training_examples"),
+            calibration_examples=None if calibration_examples is None
+            else _examples(calibration_examples, "calibration_examples"),
+            budget={"max_trials": max_trials}, search_space=search_space, overrides=overrides, constraints=constraints,
+            name=name)
+        return self._call(Request("POST", "/agents/optimizations", body=body, surface="agents",
+                                  cast=Optimization.from_dict))
+
+    def list(self, *, limit: Optional[int] = None) -> Any:
+        """Every optimization, page by page."""
+        return self._list(ListRequest("/agents/optimizations", Optimization.from_dict, query(limit=_limit(limit)),
+                                      "agents"))
+
+    def _path(self, optimization_id: str, tail: str = "") -> str:
+        return f"/agents/optimizations/{segment(optimization_id, 'optimization_id')}{tail}"
+
+    def get(self, optimization_id: str) -> Any:
+        """One optimization, with its ``progress``."""
+        return self._call(Request("GET", self._path(optimization_id), surface="agents", cast=Optimization.from_dict))
+
+    def delete(self, optimization_id: str) -> Any:
+        """Deletes an optimization."""
+        return self._call(Request("DELETE", self._path(optimization_id), surface="agents"))
+
+    def cancel(self, optimization_id: str) -> Any:
+        """Cancels a running optimization."""
+        return self._call(Request("POST", self._path(optimization_id, "/cancel"), surface="agents",
+                                  cast=Optimization.from_dict))
+
+    def trials(self, optimization_id: str) -> Any:
+        """The optimization's trials, page by page."""
+        return self._list(ListRequest(self._path(optimization_id, "/trials"), Trial.from_dict, surface="agents"))
+
+    def promote(self, optimization_id: str, trial_id: str) -> Any:
+        """Makes a trial's values a new version of the blueprint; returns that ``Blueprint``."""
+        path = self._path(optimization_id, f"/trials/{segment(trial_id, 'trial_id')}/promote")
+        return self._call(Request("POST", path, surface="agents", cast=Blueprint.from_dict))
+
+    def wait(self, optimization_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
+        """Waits until the optimization ends; returns the final ``Optimization``."""
+        segment(optimization_id, "optimization_id")
+        return self._drive(wait_for(lambda: Request("GET", self._path(optimization_id), surface="agents",
+                                                    cast=Optimization.from_dict),
+                                    None, timeout, progress, f"optimization {optimization_id}"))
+
+
+class Nodes(Resource):
+    """The node registry: the source, sink and processing node types blueprints use."""
+
+    def registry(self) -> Any:
+        """Every node type of the registry.
+
+        >>> [n.key for n in client.agents.nodes.registry()]  # doctest: +SKIP
+        ['MultiModalSource', 'RecordsSink', ...]
+        """
+        return self._drive(self._registry())
+
+    def _registry(self) -> Operation[list[Node]]:
+        nodes: list[Node] = yield CollectList(ListRequest("/agents/nodes/registry", Node.from_dict, surface="agents"))
+        return nodes
+
+
+class Agents:
+    """``client.agents``: ``blueprints``, ``bundles``, ``instances``, ``evals``, ``optimizations``,
+    ``nodes``."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.blueprints = Blueprints(runner)
+        self.bundles = Bundles(runner)
+        self.instances = Instances(runner)
+        self.evals = Evals(runner)
+        self.optimizations = Optimizations(runner)
+        self.nodes = Nodes(runner)
+
+
+class AsyncAgents(Agents):
+    """``async_client.agents``: the same surface with awaitables and async pagers."""

@@ -1,0 +1,252 @@
+"""The agents client on its own: argument checks before sending, how queries and paths go out,
+the agents mount, and ``wait``/``cancel`` semantics against a scripted server (the status lag,
+a failed run, a timeout, a 409 on cancel). The end-to-end lifecycle against the emulator is in
+test_agents.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+import sensorium
+from _fake_server import FakeServer, response
+from sensorium.errors import (
+    AgentRunError,
+    ConflictError,
+    InvalidArgumentError,
+    NotFoundError,
+    WaitTimeoutError,
+)
+from sensorium.types import Agent
+
+AGENT = {"id": "agt_1", "name": "b", "bundle_id": "bnd_1", "status": "running", "created_at": "2026-11-23T10:00:00Z",
+         "connectors": {"source": [{"type": "file", "id": "a.csv", "format": "csv"}], "sink": None},
+         "job_id": "job_1", "started_at": None, "completed_at": None, "error": None, "brand_new_field": 7}
+
+
+@pytest.fixture(params=["sync", "async"])
+def call(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """``call(base_url, lambda client: ...)`` on a ``Client`` or, awaited, an ``AsyncClient``."""
+
+    def run(base_url: str, operation: Callable[[Any], Any], **options: Any) -> Any:
+        options.setdefault("api_key", "sk-test")
+        options.setdefault("max_retries", 0)
+        if request.param == "sync":
+            with sensorium.Client(base_url=base_url, **options) as client:
+                return operation(client)
+
+        async def main() -> Any:
+            async with sensorium.AsyncClient(base_url=base_url, **options) as client:
+                return await operation(client)
+
+        return asyncio.run(main())
+
+    return run
+
+
+def routes(table: dict[str, Callable[[], bytes]]) -> Callable[[bytes], list[Any]]:
+    """A FakeServer script answering by "METHOD /path" (query ignored)."""
+
+    def script(head: bytes) -> list[Any]:
+        method, target = head.split(b"\r\n")[0].decode().split(" ")[:2]
+        key = f"{method} {urlsplit(target).path}"
+        return [table[key]() if key in table else response(404, b'{"errors": [{"code": "not_found", "message": "?"}]}')]
+
+    return script
+
+
+def ok(body: Any) -> Callable[[], bytes]:
+    return lambda: response(200, json.dumps(body).encode())
+
+
+# Checks before sending
+
+
+@pytest.mark.parametrize(
+    "operation, argument",
+    [
+        (lambda c: c.agents.bundles.create("osm", name="x", model="Newton::v"), "model"),
+        (lambda c: c.agents.bundles.create("osm", name=""), "name"),
+        (lambda c: c.agents.bundles.run("bnd_1"), "source"),
+        (lambda c: c.agents.bundles.run("bnd_1", []), "source"),
+        (lambda c: c.agents.bundles.run("bnd_1", [{"id": "x"}]), "source"),
+        (lambda c: c.agents.blueprints.create("k"), "document"),
+        (lambda c: c.agents.blueprints.create("k", yaml_document="graph: [unclosed"), "yaml_document"),
+        (lambda c: c.agents.blueprints.create("k", document={"graph": {"edges": []}},
+                                              yaml_document="graph:\n  edges: [{from: a, to: b}]\n"), "document"),
+        (lambda c: c.agents.blueprints.get(".."), "reference"),
+        (lambda c: c.agents.instances.get("agt_\ud800"), "agent_id"),
+        (lambda c: c.agents.bundles.list(order="up"), "order"),
+        (lambda c: c.agents.bundles.list(sort="size"), "sort"),
+        (lambda c: c.agents.optimizations.create("blp_1", objective="f1", validation_examples=["a.csv"],
+                                                 max_trials=0), "max_trials"),
+        (lambda c: c.agents.evals.create("blp_1", []), "examples"),
+        (lambda c: c.agents.instances.wait("agt_1", timeout=-1), "timeout"),
+    ],
+)
+def test_bad_arguments_are_refused_before_sending(emu, call, operation, argument):
+    def run(client: Any) -> Any:
+        result = operation(client)
+        return result if not asyncio.iscoroutine(result) else result
+
+    with pytest.raises(InvalidArgumentError) as info:
+        call(emu.base_url, run, api_key=emu.api_key)
+    assert info.value.argument == argument, str(info.value)
+    assert emu.requests == []
+
+
+def test_list_arguments_are_checked_when_the_list_is_made(emu, client):
+    with pytest.raises(InvalidArgumentError) as info:
+        client.agents.blueprints.list(after="a", before="b")
+    assert info.value.argument == "before"
+    with pytest.raises(InvalidArgumentError) as info:
+        client.agents.instances.logs("agt_1", limit=1001)
+    assert info.value.argument == "limit"
+    assert emu.requests == []
+
+
+def test_yaml_syntax_errors_name_the_line(client):
+    text = "graph:\n  edges:\n    - {from: a, to: b\nconnectors: {}\n"
+    with pytest.raises(InvalidArgumentError) as info:
+        client.agents.blueprints.create("k", yaml_document=text)
+    assert "line" in str(info.value) and info.value.argument == "yaml_document"
+
+
+BLUEPRINT = {"id": "blp_1", "blueprint_key": "k", "document": {"graph": {"edges": []}}, "is_active": True}
+
+
+def test_document_and_yaml_in_agreement_are_both_sent(call):
+    doc = {"graph": {"edges": [{"from": "src", "to": "sink"}]}, "values": {"k": 1}}
+    text = "graph:\n  edges:\n    - {from: src, to: sink}\nvalues: {k: 1}\n"
+    with FakeServer(routes({"POST /v0.5/agents/blueprints": ok(BLUEPRINT)})) as server:
+        bp = call(server.base_url, lambda c: c.agents.blueprints.create("k", document=doc, yaml_document=text))
+        assert json.loads(server.bodies[0]) == {"blueprint_key": "k", "document": doc, "yaml_document": text}
+    assert bp.id == "blp_1" and bp.is_active
+
+
+def test_a_yaml_text_given_as_document_is_parsed_and_kept(call):
+    text = "graph:\n  edges: []\n"
+    with FakeServer(routes({"POST /v0.5/agents/blueprints": ok(BLUEPRINT)})) as server:
+        call(server.base_url, lambda c: c.agents.blueprints.create("k", document=text))
+        assert json.loads(server.bodies[0]) == {"blueprint_key": "k", "document": {"graph": {"edges": []}},
+                                                "yaml_document": text}
+
+
+# How requests go out
+
+
+def test_sources_become_data_refs_and_booleans_go_lowercase(emu, client):
+    from sensorium.types import FileRecord
+
+    table = {"POST /v0.5/agents/bundles/bnd%201%2Fx/run": ok(AGENT)}
+    with FakeServer(routes(table)) as server:
+        with sensorium.Client(api_key="k", base_url=server.base_url) as c:
+            c.agents.bundles.run("bnd 1/x", ["a.CSV", FileRecord(file_id="v.mp4"), {"type": "dataset", "id": "d1"}],
+                                 sink="out.jsonl")
+        body = server.bodies[0]
+    with pytest.raises(NotFoundError):
+        client.agents.bundles.get("bnd_1", include_latest_runs=True)
+    (get,) = emu.requests
+    assert json.loads(body) == {"connectors": {
+        "source": [{"type": "file", "id": "a.CSV", "format": "csv"}, {"type": "file", "id": "v.mp4", "format": "mp4"},
+                   {"type": "dataset", "id": "d1"}],
+        "sink": {"type": "file", "id": "out.jsonl", "format": "jsonl"}}}
+    assert parse_qs(get.query) == {"include_latest_runs": ["true"]}
+
+
+def test_agents_base_url_moves_only_the_agents_routes(emu, monkeypatch):
+    root = emu.base_url.rsplit("/v0.5", 1)[0]
+    with emu.client(agents_base_url=root + "/") as client:
+        assert client.agents_base_url == root
+        with pytest.raises(NotFoundError):
+            client.agents.instances.get("agt_1")
+        client.models.list().first_page()
+    monkeypatch.setenv("SENSORIUM_AGENTS_BASE_URL", root)
+    with emu.client() as from_env:
+        assert from_env.agents_base_url == root
+    assert [r.path for r in emu.requests] == ["/agents/instances/agt_1", "/v0.5/models"]
+
+
+def test_a_404_that_is_not_the_platform_envelope_suggests_the_mount(call):
+    html = lambda: response(404, b"<html>Not Found</html>")  # noqa: E731
+    with FakeServer(routes({"GET /v0.5/agents/instances/agt_1": html})) as server:
+        with pytest.raises(NotFoundError) as info:
+            call(server.base_url, lambda c: c.agents.instances.get("agt_1"))
+    assert "agents_base_url" in str(info.value)
+
+
+def test_records_keep_unknown_fields_and_the_json_as_received(call):
+    with FakeServer(routes({"GET /v0.5/agents/instances/agt_1": ok(AGENT)})) as server:
+        agent = call(server.base_url, lambda c: c.agents.instances.get("agt_1"))
+    assert isinstance(agent, Agent) and agent.status == "running" and agent.started_at is None
+    assert agent.extra == {"brand_new_field": 7}
+    assert agent.to_dict() == AGENT
+
+
+# wait() and cancel() semantics
+
+
+def _logs(*event_types: str) -> dict[str, Any]:
+    rows = [{"id": f"log_{i}", "created_at": f"2026-11-23T10:00:0{i}Z", "level": "ERROR" if t == "job.failed" else "INFO",
+             "event_type": t, "message": "boom" if t == "job.failed" else t} for i, t in enumerate(event_types)]
+    return {"data": list(reversed(rows)), "has_more": False, "next_cursor": None}
+
+
+def test_wait_trusts_the_logs_when_the_status_lags(call):
+    polls = {"n": 0}
+
+    def logs() -> bytes:
+        polls["n"] += 1
+        events = ["job.admitted", "job.started"] + (["job.completed"] if polls["n"] >= 2 else [])
+        return response(200, json.dumps(_logs(*events)).encode())
+
+    table = {"GET /v0.5/agents/instances/agt_1": ok(AGENT), "GET /v0.5/agents/instances/agt_1/logs": logs}
+    with FakeServer(routes(table)) as server:
+        agent = call(server.base_url, lambda c: c.agents.instances.wait("agt_1", timeout=30))
+    assert agent.status == "completed" and agent.id == "agt_1"
+    assert polls["n"] == 2
+
+
+@pytest.mark.parametrize("status", ["canceled", "cancelled", "completed"])
+def test_wait_returns_at_once_on_a_terminal_status(call, status):
+    table = {"GET /v0.5/agents/instances/agt_1": ok({**AGENT, "status": status})}
+    with FakeServer(routes(table)) as server:
+        agent = call(server.base_url, lambda c: c.agents.instances.wait("agt_1"))
+        assert agent.status == status and agent.is_terminal
+        assert len(server.requests) == 1
+
+
+def test_a_failed_run_raises_with_the_agent_its_error_and_logs(call):
+    table = {"GET /v0.5/agents/instances/agt_1": ok({**AGENT, "status": "running"}),
+             "GET /v0.5/agents/instances/agt_1/logs": ok(_logs("job.admitted", "job.started", "job.failed"))}
+    with FakeServer(routes(table)) as server:
+        with pytest.raises(AgentRunError) as info:
+            call(server.base_url, lambda c: c.agents.instances.wait("agt_1"))
+    assert info.value.agent.status == "failed" and info.value.error == "boom"
+    assert "boom" in str(info.value) and info.value.logs[0].event_type == "job.failed"
+
+
+def test_wait_times_out_with_the_last_record(call):
+    table = {"GET /v0.5/agents/instances/agt_1": ok(AGENT),
+             "GET /v0.5/agents/instances/agt_1/logs": ok(_logs("job.started"))}
+    with FakeServer(routes(table)) as server:
+        with pytest.raises(WaitTimeoutError) as info:
+            call(server.base_url, lambda c: c.agents.instances.wait("agt_1", timeout=0.5))
+    assert isinstance(info.value, TimeoutError) and info.value.record.id == "agt_1"
+
+
+def test_cancel_ok_if_terminal_turns_only_the_409_into_success(call):
+    conflict = lambda: response(409, b'{"errors": [{"code": "conflict", "message": "Agent already terminal."}]}')  # noqa: E731
+    done = {**AGENT, "status": "completed"}
+    table = {"POST /v0.5/agents/instances/agt_1/cancel": conflict, "GET /v0.5/agents/instances/agt_1": ok(done)}
+    with FakeServer(routes(table)) as server:
+        with pytest.raises(ConflictError):
+            call(server.base_url, lambda c: c.agents.instances.cancel("agt_1"))
+        agent = call(server.base_url, lambda c: c.agents.instances.cancel("agt_1", ok_if_terminal=True))
+        assert agent.status == "completed"
+        with pytest.raises(NotFoundError):
+            call(server.base_url, lambda c: c.agents.instances.cancel("agt_2", ok_if_terminal=True))
