@@ -115,9 +115,10 @@ class Client(_BaseClient):
     agents: Agents
 
     def _bind_resources(self) -> None:
-        self.files = Files(self)
-        self.models = Models(self)
-        self.agents = Agents(SyncRunner(lambda: self._core))
+        runner = SyncRunner(self)
+        self.files = Files(runner)
+        self.models = Models(runner)
+        self.agents = Agents(runner)
 
     def with_options(
         self,
@@ -181,9 +182,10 @@ class AsyncClient(_BaseClient):
     agents: AsyncAgents
 
     def _bind_resources(self) -> None:
-        self.files = AsyncFiles(self)
-        self.models = AsyncModels(self)
-        self.agents = AsyncAgents(AsyncRunner(lambda: self._core))
+        runner = AsyncRunner(self)
+        self.files = AsyncFiles(runner)
+        self.models = AsyncModels(runner)
+        self.agents = AsyncAgents(runner)
 
     def with_options(
         self,

@@ -132,33 +132,10 @@ class CoreClient:
         tick: Callable[[], object] | None,
         asynchronous: bool,
     ) -> Any: ...
-    def abort_upload(self, upload_id: str, asynchronous: bool) -> Any: ...
     def upload_base64(self, name: str, data: bytes, content_type: str | None, asynchronous: bool) -> Any: ...
-    def list_files(
-        self,
-        file_types: list[str],
-        sort: str | None,
-        order: str | None,
-        limit: int | None,
-        cursor: str | None,
-        asynchronous: bool,
-    ) -> Any: ...
-    def file_metadata(self, file_id: str, asynchronous: bool) -> Any: ...
-    def files_info(self, asynchronous: bool) -> Any: ...
     def download_file(
         self, file_id: str, path: str, progress: Progress, tick: Callable[[], object] | None, asynchronous: bool
     ) -> Any: ...
-    def delete_file(self, file_id: str, asynchronous: bool) -> Any: ...
-    def list_models(
-        self,
-        model_family: str | None,
-        scope: str | None,
-        search: str | None,
-        variant: str | None,
-        cursor: str | None,
-        asynchronous: bool,
-    ) -> Any: ...
-
 @final
 class EmulatorServer:
     def __new__(

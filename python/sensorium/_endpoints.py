@@ -22,10 +22,10 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generator, Generic, Literal, Mapping, Optional, TypeVar, Union
+from typing import Any, Callable, Generator, Generic, Literal, Mapping, Optional, Protocol, TypeVar, Union
 from urllib.parse import quote
 
-from . import _core
+from ._progress import ProgressCallback, reporting, reporting_async
 from .errors import InvalidArgumentError
 from .pagination import AsyncPager, Page, SyncPager
 
@@ -71,12 +71,20 @@ class Sleep:
 
 
 @dataclass(frozen=True)
-class Download:
-    """Stream a listed reference (relative path or presigned URL) to ``path``, atomically."""
+class Native(Generic[T]):
+    """A call to one of the core's dedicated paths (transfers), which take the same arguments on
+    both clients plus, when ``report`` is given, a progress handle and a tick:
+    ``report = (on_progress, bar, label)``."""
 
-    reference: str
-    path: Path
-    surface: Surface = "api"
+    method: str
+    args: tuple[Any, ...]
+    report: Optional[tuple[Optional[ProgressCallback], bool, str]] = None
+    cast: Callable[[Any], T] = _identity
+
+
+def download(reference: str, path: Path, surface: Surface = "api") -> Native[Path]:
+    """Stream a listed reference (relative path or presigned URL) to ``path``, atomically."""
+    return Native("download_ref", (surface, reference, os.fspath(path)), (None, False, path.name), lambda _: path)
 
 
 @dataclass(frozen=True)
@@ -86,7 +94,7 @@ class CollectList(Generic[T]):
     request: ListRequest[T]
 
 
-Step = Union[Request[Any], Sleep, Download, CollectList[Any]]
+Step = Union[Request[Any], Sleep, Native[Any], CollectList[Any]]
 Operation = Generator[Step, Any, T]
 
 
@@ -114,13 +122,21 @@ def query(**params: Any) -> dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
 
 
+class _HasCore(Protocol):
+    _core: Any
+
+
 class SyncRunner:
-    """Carries out descriptions on the blocking client."""
+    """Carries out descriptions on the blocking client. It reads the client's core on every call
+    (``close()`` replaces it), and holding the client keeps pickling refused for its resources."""
 
     asynchronous = False
 
-    def __init__(self, core: Callable[[], Any]) -> None:
-        self._core = core
+    def __init__(self, client: _HasCore) -> None:
+        self._client = client
+
+    def _core(self) -> Any:
+        return self._client._core
 
     def call(self, request: Request[T]) -> T:
         raw = self._core().request(request.method, request.surface, request.path, dict(request.query),
@@ -160,12 +176,17 @@ class SyncRunner:
             return None
         if isinstance(step, CollectList):
             return list(self.pager(step.request))
-        if isinstance(step, Download):
-            step.path.parent.mkdir(parents=True, exist_ok=True)
-            self._core().download_ref(step.surface, step.reference, os.fspath(step.path), _core.Progress(), None,
-                                      False)
-            return step.path
+        if isinstance(step, Native):
+            return self.native(step)
         raise TypeError(f"unknown step {step!r}")
+
+    def native(self, step: Native[T]) -> T:
+        function = getattr(self._core(), step.method)
+        if step.report is None:
+            return step.cast(function(*step.args, False))
+        with reporting(*step.report) as r:
+            raw = function(*step.args, r.handle, r.tick if r.active else None, False)
+        return step.cast(raw)
 
 
 class AsyncRunner:
@@ -173,8 +194,11 @@ class AsyncRunner:
 
     asynchronous = True
 
-    def __init__(self, core: Callable[[], Any]) -> None:
-        self._core = core
+    def __init__(self, client: _HasCore) -> None:
+        self._client = client
+
+    def _core(self) -> Any:
+        return self._client._core
 
     async def call(self, request: Request[T]) -> T:
         raw = await self._core().request(request.method, request.surface, request.path, dict(request.query),
@@ -214,12 +238,18 @@ class AsyncRunner:
             return None
         if isinstance(step, CollectList):
             return [item async for item in self.pager(step.request)]
-        if isinstance(step, Download):
-            step.path.parent.mkdir(parents=True, exist_ok=True)
-            await self._core().download_ref(step.surface, step.reference, os.fspath(step.path), _core.Progress(),
-                                            None, True)
-            return step.path
+        if isinstance(step, Native):
+            return await self.native(step)
         raise TypeError(f"unknown step {step!r}")
+
+    async def native(self, step: Native[T]) -> T:
+        function = getattr(self._core(), step.method)
+        if step.report is None:
+            return step.cast(await function(*step.args, True))
+        async with reporting_async(*step.report) as r:
+            # The asyncio loop polls progress itself, so no tick.
+            raw = await function(*step.args, r.handle, None, True)
+        return step.cast(raw)
 
 
 Runner = Union[SyncRunner, AsyncRunner]
@@ -237,6 +267,9 @@ class Resource:
 
     def _list(self, request: ListRequest[T]) -> Any:
         return self._runner.pager(request)
+
+    def _native(self, step: Native[T]) -> Any:
+        return self._runner.native(step)
 
     def _drive(self, operation: Operation[T]) -> Any:
         return self._runner.drive(operation)

@@ -17,9 +17,8 @@ use super::errors::{guard, to_pyerr, Outcome};
 use super::results::{EmbeddingsData, NumericEvent, Progress, QueryResult};
 use super::runtime;
 use crate::client::config::ClientConfig;
-use crate::client::files::{self, ListOptions, UploadMethod, UploadOptions};
+use crate::client::files::{self, UploadMethod, UploadOptions};
 use crate::client::upload::{self, DirectUploadOptions};
-use crate::client::models::{self, ModelFilters};
 use crate::client::endpoint::{self, JsonCall, Surface};
 use crate::client::query;
 use crate::client::{Error, Transport};
@@ -84,25 +83,6 @@ fn text(py: Python<'_>, obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<String> {
         TextArgError::Type(message) => PyTypeError::new_err(message),
         TextArgError::Invalid(err) => to_pyerr(py, err),
     })
-}
-
-/// An optional `str` argument (`None` is "not given").
-fn opt_text(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, arg: &str) -> PyResult<Option<String>> {
-    match obj {
-        Some(o) if !o.is_none() => text(py, o, arg).map(Some),
-        _ => Ok(None),
-    }
-}
-
-/// An optional integer argument; its range is checked by the client.
-fn opt_int(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>, arg: &str) -> PyResult<Option<i64>> {
-    let Some(o) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
-    if o.is_instance_of::<pyo3::types::PyBool>() || !o.is_instance_of::<pyo3::types::PyInt>() {
-        return Err(PyTypeError::new_err(format!("{arg}: expected an int, got {}", type_name(o))));
-    }
-    o.extract::<i64>()
-        .map(Some)
-        .map_err(|_| to_pyerr(py, Error::invalid_argument(arg, "is out of range")))
 }
 
 impl CoreClient {
@@ -366,17 +346,6 @@ impl CoreClient {
         })
     }
 
-    #[pyo3(signature = (upload_id, asynchronous))]
-    fn abort_upload<'py>(&self, py: Python<'py>, upload_id: &Bound<'py, PyAny>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
-        guard("files.abort_upload", || {
-            let upload_id = text(py, upload_id, "upload_id")?;
-            let transport = self.transport();
-            runtime::run(py, "files.abort_upload", asynchronous, async move {
-                Ok(Outcome(upload::abort(&transport, &upload_id).await))
-            })
-        })
-    }
-
     #[pyo3(signature = (name, data, content_type, asynchronous))]
     fn upload_base64<'py>(
         &self,
@@ -393,52 +362,6 @@ impl CoreClient {
                 let result = files::upload_base64(&transport, &name, &data, content_type.as_deref()).await;
                 Ok(Outcome(result.and_then(to_json)))
             })
-        })
-    }
-
-    #[pyo3(signature = (file_types, sort, order, limit, cursor, asynchronous))]
-    #[allow(clippy::too_many_arguments)]
-    fn list_files<'py>(
-        &self,
-        py: Python<'py>,
-        file_types: Vec<Bound<'py, PyAny>>,
-        sort: Option<Bound<'py, PyAny>>,
-        order: Option<Bound<'py, PyAny>>,
-        limit: Option<Bound<'py, PyAny>>,
-        cursor: Option<String>,
-        asynchronous: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        guard("files.list", || {
-            let transport = self.transport();
-            let opts = ListOptions {
-                file_types: file_types.iter().map(|t| text(py, t, "file_type")).collect::<PyResult<_>>()?,
-                sort: opt_text(py, sort.as_ref(), "sort")?,
-                order: opt_text(py, order.as_ref(), "order")?,
-                limit: opt_int(py, limit.as_ref(), "limit")?,
-            };
-            runtime::run(py, "files.list", asynchronous, async move {
-                let result = files::list_page(&transport, &opts, cursor.as_deref()).await;
-                Ok(Outcome(result.and_then(to_json)))
-            })
-        })
-    }
-
-    #[pyo3(signature = (file_id, asynchronous))]
-    fn file_metadata<'py>(&self, py: Python<'py>, file_id: &Bound<'py, PyAny>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
-        guard("files.metadata", || {
-            let file_id = text(py, file_id, "file_id")?;
-            let transport = self.transport();
-            runtime::run(py, "files.metadata", asynchronous, async move {
-                Ok(Outcome(files::metadata(&transport, &file_id).await.map(Json)))
-            })
-        })
-    }
-
-    #[pyo3(signature = (asynchronous))]
-    fn files_info<'py>(&self, py: Python<'py>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
-        guard("files.info", || {
-            let transport = self.transport();
-            runtime::run(py, "files.info", asynchronous, async move { Ok(Outcome(files::info(&transport).await.map(Json))) })
         })
     }
 
@@ -462,43 +385,6 @@ impl CoreClient {
         })
     }
 
-    #[pyo3(signature = (file_id, asynchronous))]
-    fn delete_file<'py>(&self, py: Python<'py>, file_id: &Bound<'py, PyAny>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
-        guard("files.delete", || {
-            let file_id = text(py, file_id, "file_id")?;
-            let transport = self.transport();
-            runtime::run(py, "files.delete", asynchronous, async move {
-                Ok(Outcome(files::delete(&transport, &file_id).await.and_then(to_json)))
-            })
-        })
-    }
-
-    #[pyo3(signature = (model_family, scope, search, variant, cursor, asynchronous))]
-    #[allow(clippy::too_many_arguments)]
-    fn list_models<'py>(
-        &self,
-        py: Python<'py>,
-        model_family: Option<Bound<'py, PyAny>>,
-        scope: Option<Bound<'py, PyAny>>,
-        search: Option<Bound<'py, PyAny>>,
-        variant: Option<Bound<'py, PyAny>>,
-        cursor: Option<String>,
-        asynchronous: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        guard("models.list", || {
-            let transport = self.transport();
-            let filters = ModelFilters {
-                model_family: opt_text(py, model_family.as_ref(), "model_family")?,
-                scope: opt_text(py, scope.as_ref(), "scope")?,
-                search: opt_text(py, search.as_ref(), "search")?,
-                variant: opt_text(py, variant.as_ref(), "variant")?,
-            };
-            runtime::run(py, "models.list", asynchronous, async move {
-                let result = models::list_page(&transport, &filters, cursor.as_deref()).await;
-                Ok(Outcome(result.and_then(to_json)))
-            })
-        })
-    }
 }
 
 fn to_json<T: serde::Serialize>(value: T) -> Result<Json, Error> {

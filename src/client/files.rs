@@ -12,18 +12,9 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
 use super::error::Error;
-use super::pagination::normalize_page;
 use super::transport::{error_chain, Call, RequestBody, Transport};
 use super::upload::{self, DirectUploadOptions, TransferProgress};
 use crate::wire::files::{mime_for_name, FileOpResponse, SIMPLE_UPLOAD_MAX_BYTES, SIMPLE_UPLOAD_TYPES};
-use crate::wire::page::CursorPage;
-
-/// Sort keys and orders of `GET /files/metadata`. The spec does not name the parameters; these
-/// follow the platform's other lists (`sort`, `order`).
-pub const SORT_FIELDS: &[&str] = &["created_at", "num_bytes", "status", "file_id"];
-pub const SORT_ORDERS: &[&str] = &["asc", "desc"];
-/// The platform refuses a `file_type` filter with more entries.
-pub const MAX_FILE_TYPE_FILTERS: usize = 50;
 
 const JSONL_TYPE: &str = "application/x-ndjson";
 
@@ -225,57 +216,6 @@ pub async fn upload_base64(transport: &Transport, name: &str, data: &[u8], conte
     resolve_lost_response(transport, result, name, data.len() as u64).await
 }
 
-#[derive(Debug, Default, Clone)]
-pub struct ListOptions {
-    pub file_types: Vec<String>,
-    pub sort: Option<String>,
-    pub order: Option<String>,
-    pub limit: Option<i64>,
-}
-
-pub async fn list_page(transport: &Transport, opts: &ListOptions, cursor: Option<&str>) -> Result<CursorPage<Value>, Error> {
-    let types: Vec<&str> = opts.file_types.iter().map(|t| t.trim()).filter(|t| !t.is_empty()).collect();
-    if types.len() > MAX_FILE_TYPE_FILTERS {
-        return Err(Error::invalid_argument(
-            "file_type",
-            format!("has {} entries; the platform accepts at most {MAX_FILE_TYPE_FILTERS}", types.len()),
-        ));
-    }
-    if let Some(sort) = &opts.sort {
-        if !SORT_FIELDS.contains(&sort.as_str()) {
-            return Err(Error::invalid_argument("sort", format!("is {sort:?}; it takes one of {}", SORT_FIELDS.join(", "))));
-        }
-    }
-    if let Some(order) = &opts.order {
-        if !SORT_ORDERS.contains(&order.as_str()) {
-            return Err(Error::invalid_argument("order", format!("is {order:?}; it takes 'asc' or 'desc'")));
-        }
-    }
-    if let Some(limit) = opts.limit {
-        if !(1..=1000).contains(&limit) {
-            return Err(Error::invalid_argument("limit", format!("is {limit}; it takes 1 to 1000")));
-        }
-    }
-    let mut call = Call::get(transport.config.url("/files/metadata"));
-    if !types.is_empty() {
-        call = call.query_param("file_type", types.join(","));
-    }
-    if let Some(s) = &opts.sort {
-        call = call.query_param("sort", s.clone());
-    }
-    if let Some(o) = &opts.order {
-        call = call.query_param("order", o.clone());
-    }
-    if let Some(l) = opts.limit {
-        call = call.query_param("limit", l.to_string());
-    }
-    if let Some(c) = cursor {
-        call = call.query_param("after", c);
-    }
-    let body: Value = transport.json(&call).await?;
-    Ok(normalize_page(body))
-}
-
 fn check_name(file_id: &str, argument: &str) -> Result<(), Error> {
     if file_id.is_empty() || file_id.contains('/') || file_id.contains('\\') {
         return Err(Error::invalid_argument(argument, format!("{file_id:?} is not a file name (file_id is the uploaded file's base name)")));
@@ -294,17 +234,9 @@ fn file_url(transport: &Transport, prefix: &str, file_id: &str) -> Result<String
     Ok(url.to_string())
 }
 
-pub async fn metadata(transport: &Transport, file_id: &str) -> Result<Value, Error> {
+/// One file's metadata (used to recognise an upload whose answer was lost).
+async fn metadata(transport: &Transport, file_id: &str) -> Result<Value, Error> {
     transport.json(&Call::get(file_url(transport, "/files/metadata", file_id)?)).await
-}
-
-pub async fn info(transport: &Transport) -> Result<Value, Error> {
-    transport.json(&Call::get(transport.config.url("/files/info"))).await
-}
-
-pub async fn delete(transport: &Transport, file_id: &str) -> Result<FileOpResponse, Error> {
-    let call = Call::new(Method::DELETE, file_url(transport, "/files/delete", file_id)?);
-    transport.json(&call).await
 }
 
 /// Streams a file to `dest`. Bytes go to a temporary file beside `dest` that is renamed only

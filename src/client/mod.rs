@@ -15,7 +15,6 @@ pub use transport::{Call, RequestBody, Transport};
 
 pub mod endpoint;
 pub mod files;
-pub mod models;
 pub mod pagination;
 pub mod query;
 pub mod resume_state;

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import yaml
 
-from .._endpoints import CollectList, Download, ListRequest, Operation, Request, Resource, Runner, Sleep, query, segment
+from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, Sleep, download, query, segment
 from ..errors import AgentRunError, ConflictError, InvalidArgumentError, WaitTimeoutError
 from ..types import (
     TERMINAL_STATUSES,
@@ -491,7 +491,7 @@ class Instances(Resource):
                                            argument="agent_id")
             # A server-given name must stay inside `directory`.
             target = directory / PurePosixPath(name).name
-            path: Path = yield Download(ref, target, "agents")
+            path: Path = yield download(ref, target, "agents")
             paths.append(path)
         return paths
 
@@ -585,10 +585,16 @@ class Optimizations(Resource):
         """The optimization's trials, page by page."""
         return self._list(ListRequest(self._path(optimization_id, "/trials"), Trial.from_dict, surface="agents"))
 
-    def promote(self, optimization_id: str, trial_id: str) -> Any:
-        """Makes a trial's values a new version of the blueprint; returns that ``Blueprint``."""
+    def promote(self, optimization_id: str, trial_id: str, *, blueprint_key: Optional[str] = None,
+                name: Optional[str] = None, description: Optional[str] = None) -> Any:
+        """Makes a completed trial's values and fitted models a blueprint of your own; returns that
+        ``Blueprint``. By default the platform keys it after the searched blueprint and the trial.
+
+        >>> bp = client.agents.optimizations.promote(opt.id, best.id)  # doctest: +SKIP
+        """
         path = self._path(optimization_id, f"/trials/{segment(trial_id, 'trial_id')}/promote")
-        return self._call(Request("POST", path, surface="agents", cast=Blueprint.from_dict))
+        body = query(blueprint_key=blueprint_key, name=name, description=description)
+        return self._call(Request("POST", path, body=body, surface="agents", cast=Blueprint.from_dict))
 
     def wait(self, optimization_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
         """Waits until the optimization ends; returns the final ``Optimization``."""

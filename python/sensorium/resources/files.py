@@ -6,15 +6,12 @@ import base64
 import binascii
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Sequence, Union
 
-from .._progress import ProgressCallback, reporting, reporting_async
+from .._endpoints import ListRequest, Native, Request, Resource, query, segment
+from .._progress import ProgressCallback
 from ..errors import InvalidArgumentError
-from ..pagination import AsyncPager, Page, SyncPager
 from ..types import FileRecord
-
-if TYPE_CHECKING:
-    from .._options import HasCore
 
 StrPath = Union[str, "os.PathLike[str]"]
 UploadMethod = Literal["auto", "simple", "direct"]
@@ -37,14 +34,45 @@ def _content(data: bytes | bytearray | memoryview | str) -> bytes:
     raise InvalidArgumentError(f"data: expected bytes or base64 str, got {type(data).__name__}", argument="data")
 
 
-def _file_types(file_type: str | Sequence[str] | None) -> list[str]:
+# Sort keys and orders of `GET /files/metadata`. The spec does not name the parameters; these
+# follow the platform's other lists (`sort`, `order`).
+SORT_FIELDS = ("created_at", "num_bytes", "status", "file_id")
+ORDERS = ("asc", "desc")
+MAX_FILE_TYPE_FILTERS = 50
+
+
+def _file_types(file_type: str | Sequence[str] | None) -> Optional[str]:
+    """The ``file_type`` filter as sent: one comma-separated list, blank entries left out."""
     if file_type is None:
-        return []
+        return None
     if isinstance(file_type, str):
-        return file_type.split(",")
-    if not isinstance(file_type, (list, tuple)) or not all(isinstance(t, str) for t in file_type):
+        types = file_type.split(",")
+    elif isinstance(file_type, (list, tuple)) and all(isinstance(t, str) for t in file_type):
+        types = list(file_type)
+    else:
         raise TypeError(f"file_type: expected a MIME type or a list of them, got {file_type!r:.80}")
-    return list(file_type)
+    types = [t.strip() for t in types if t.strip()]
+    if len(types) > MAX_FILE_TYPE_FILTERS:
+        raise InvalidArgumentError(
+            f"file_type: has {len(types)} entries; the platform accepts at most {MAX_FILE_TYPE_FILTERS}",
+            argument="file_type")
+    return ",".join(types) or None
+
+
+def _file_id(file_id: Any, argument: str = "file_id") -> str:
+    """``file_id`` as one path segment; a path or an empty name is refused before sending."""
+    if isinstance(file_id, str) and (not file_id or "/" in file_id or "\\" in file_id):
+        raise InvalidArgumentError(
+            f"{argument}: {file_id!r} is not a file name (file_id is the uploaded file's base name)",
+            argument=argument)
+    return segment(file_id, argument)
+
+
+def _choice(value: Optional[str], allowed: Sequence[str], argument: str) -> Optional[str]:
+    if value is not None and value not in allowed:
+        raise InvalidArgumentError(f"{argument}: is {value!r}; it takes one of {', '.join(allowed)}",
+                                   argument=argument)
+    return value
 
 
 def _target(file_id: str, path: StrPath) -> Path:
@@ -56,20 +84,14 @@ def _target(file_id: str, path: StrPath) -> Path:
     return target / file_id if names_folder or target.is_dir() else target
 
 
-def _page(raw: dict[str, Any]) -> Page[FileRecord]:
-    return Page.from_raw(raw, FileRecord.from_dict)
-
-
-class Files:
-    """Files of your organization. ``file_id`` is the file's name.
+class Files(Resource):
+    """Files of your organization. ``file_id`` is the file's name. Written once for ``Client`` and
+    ``AsyncClient`` (``files.pyi`` spells both).
 
     >>> rec = client.files.upload("notes.txt")            # doctest: +SKIP
     >>> [f.file_id for f in client.files.list()]          # doctest: +SKIP
     ['notes.txt']
     """
-
-    def __init__(self, client: HasCore) -> None:
-        self._client = client
 
     def upload(
         self,
@@ -82,7 +104,7 @@ class Files:
         on_progress: Optional[ProgressCallback] = None,
         progress: bool = False,
         content_type: str | None = None,
-    ) -> FileRecord:
+    ) -> Any:
         """Uploads a file from disk, streamed. Its name becomes its ``file_id``; the type comes from
         the extension (``content_type`` is used only for unknown extensions).
 
@@ -99,30 +121,28 @@ class Files:
         'notes.txt'
         >>> client.files.upload("recording.jsonl", progress=True)  # doctest: +SKIP
         """
-        with reporting(on_progress, progress, os.path.basename(os.fspath(path))) as r:
-            raw = self._client._core.upload_file(
-                os.fspath(path), content_type, method, resume, concurrency, direct_threshold, r.handle,
-                r.tick if r.active else None, False,
-            )
-        return FileRecord.from_dict(raw)
+        label = os.path.basename(os.fspath(path))
+        args = (os.fspath(path), content_type, method, resume, concurrency, direct_threshold)
+        return self._native(Native("upload_file", args, (on_progress, progress, label), FileRecord.from_dict))
 
-    def abort_upload(self, upload_id: str) -> None:
+    def abort_upload(self, upload_id: str) -> Any:
         """Discards an unfinished direct upload (``TransferError.upload_id`` names it).
 
         >>> client.files.abort_upload("upl_123")  # doctest: +SKIP
         """
-        self._client._core.abort_upload(upload_id, False)
+        path = f"/files/uploads/{segment(upload_id, 'upload_id')}/abort"
+        return self._call(Request("POST", path, cast=lambda _: None))
 
     def upload_base64(
         self, name: str, data: bytes | bytearray | memoryview | str, *, content_type: str | None = None
-    ) -> FileRecord:
+    ) -> Any:
         """Uploads in-memory content under ``name`` through the base64 endpoint. ``data`` is the raw
         content as bytes, or base64 text as a str.
 
         >>> client.files.upload_base64("hello.txt", b"hello").file_id  # doctest: +SKIP
         'hello.txt'
         """
-        return FileRecord.from_dict(self._client._core.upload_base64(name, _content(data), content_type, False))
+        return self._native(Native("upload_base64", (name, _content(data), content_type), cast=FileRecord.from_dict))
 
     def list(
         self,
@@ -132,36 +152,36 @@ class Files:
         order: str | None = None,
         limit: int | None = None,
         after: str | None = None,
-    ) -> SyncPager[FileRecord]:
+    ) -> Any:
         """Iterates your files lazily, following cursors. ``file_type`` takes one MIME type or several;
         ``sort`` is one of created_at, num_bytes, status, file_id; ``order`` is asc or desc.
 
         >>> [f.file_id for f in client.files.list(file_type="text/plain")]  # doctest: +SKIP
         ['notes.txt']
         """
-        types = _file_types(file_type)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise TypeError(f"limit: expected an int, got {type(limit).__name__}")
+        if limit is not None and not 1 <= limit <= 1000:
+            raise InvalidArgumentError(f"limit: is {limit}; it takes 1 to 1000", argument="limit")
+        params = query(file_type=_file_types(file_type), sort=_choice(sort, SORT_FIELDS, "sort"),
+                       order=_choice(order, ORDERS, "order"), limit=limit)
+        return self._list(ListRequest("/files/metadata", FileRecord.from_dict, params, start=after))
 
-        def fetch(cursor: str | None) -> Page[FileRecord]:
-            return _page(self._client._core.list_files(types, sort, order, limit, cursor, False))
-
-        return SyncPager(fetch, after)
-
-    def metadata(self, file_id: str) -> FileRecord:
+    def metadata(self, file_id: str) -> Any:
         """One file's full metadata.
 
         >>> client.files.metadata("notes.txt").num_bytes  # doctest: +SKIP
         342
         """
-        return FileRecord.from_dict(self._client._core.file_metadata(file_id, False))
+        return self._call(Request("GET", f"/files/metadata/{_file_id(file_id)}", cast=FileRecord.from_dict))
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> Any:
         """The organization's storage summary, as the platform reports it.
 
         >>> client.files.info()  # doctest: +SKIP
         {'num_files': 1, 'num_bytes': 342}
         """
-        result: dict[str, Any] = self._client._core.files_info(False)
-        return result
+        return self._call(Request("GET", "/files/info"))
 
     def download(
         self,
@@ -170,7 +190,7 @@ class Files:
         *,
         on_progress: Optional[ProgressCallback] = None,
         progress: bool = False,
-    ) -> Path:
+    ) -> Any:
         """Streams a file to ``path`` (a file path, or a folder to save it in under its name). The bytes
         go to a temporary file renamed only when complete: an interrupted download never leaves a
         truncated file under ``path``. Returns the path written. Progress as in :meth:`upload`.
@@ -178,96 +198,19 @@ class Files:
         >>> client.files.download("notes.txt", "/tmp/")  # doctest: +SKIP
         PosixPath('/tmp/notes.txt')
         """
+        _file_id(file_id)
         target = _target(file_id, path)
-        with reporting(on_progress, progress, file_id) as r:
-            self._client._core.download_file(file_id, os.fspath(target), r.handle, r.tick if r.active else None,
-                                             False)
-        return target
+        step = Native("download_file", (file_id, os.fspath(target)), (on_progress, progress, file_id), lambda _: target)
+        return self._native(step)
 
-    def delete(self, file_id: str) -> FileRecord:
+    def delete(self, file_id: str) -> Any:
         """Deletes a file; it leaves listings at once.
 
         >>> client.files.delete("notes.txt").is_valid  # doctest: +SKIP
         True
         """
-        return FileRecord.from_dict(self._client._core.delete_file(file_id, False))
+        return self._call(Request("DELETE", f"/files/delete/{_file_id(file_id)}", cast=FileRecord.from_dict))
 
 
-class AsyncFiles:
+class AsyncFiles(Files):
     """``Files`` with awaitables. See :class:`Files` for each method."""
-
-    def __init__(self, client: HasCore) -> None:
-        self._client = client
-
-    async def upload(
-        self,
-        path: StrPath,
-        *,
-        method: UploadMethod = "auto",
-        resume: bool = True,
-        concurrency: int | None = None,
-        direct_threshold: int | None = None,
-        on_progress: Optional[ProgressCallback] = None,
-        progress: bool = False,
-        content_type: str | None = None,
-    ) -> FileRecord:
-        """See :meth:`Files.upload`."""
-        async with reporting_async(on_progress, progress, os.path.basename(os.fspath(path))) as r:
-            raw = await self._client._core.upload_file(
-                os.fspath(path), content_type, method, resume, concurrency, direct_threshold, r.handle, None, True
-            )
-        return FileRecord.from_dict(raw)
-
-    async def abort_upload(self, upload_id: str) -> None:
-        """See :meth:`Files.abort_upload`."""
-        await self._client._core.abort_upload(upload_id, True)
-
-    async def upload_base64(
-        self, name: str, data: bytes | bytearray | memoryview | str, *, content_type: str | None = None
-    ) -> FileRecord:
-        """See :meth:`Files.upload_base64`."""
-        return FileRecord.from_dict(await self._client._core.upload_base64(name, _content(data), content_type, True))
-
-    def list(
-        self,
-        *,
-        file_type: str | Sequence[str] | None = None,
-        sort: str | None = None,
-        order: str | None = None,
-        limit: int | None = None,
-        after: str | None = None,
-    ) -> AsyncPager[FileRecord]:
-        """See :meth:`Files.list`; use ``async for``."""
-        types = _file_types(file_type)
-
-        async def fetch(cursor: str | None) -> Page[FileRecord]:
-            return _page(await self._client._core.list_files(types, sort, order, limit, cursor, True))
-
-        return AsyncPager(fetch, after)
-
-    async def metadata(self, file_id: str) -> FileRecord:
-        """See :meth:`Files.metadata`."""
-        return FileRecord.from_dict(await self._client._core.file_metadata(file_id, True))
-
-    async def info(self) -> dict[str, Any]:
-        """See :meth:`Files.info`."""
-        result: dict[str, Any] = await self._client._core.files_info(True)
-        return result
-
-    async def download(
-        self,
-        file_id: str,
-        path: StrPath,
-        *,
-        on_progress: Optional[ProgressCallback] = None,
-        progress: bool = False,
-    ) -> Path:
-        """See :meth:`Files.download`."""
-        target = _target(file_id, path)
-        async with reporting_async(on_progress, progress, file_id) as r:
-            await self._client._core.download_file(file_id, os.fspath(target), r.handle, None, True)
-        return target
-
-    async def delete(self, file_id: str) -> FileRecord:
-        """See :meth:`Files.delete`."""
-        return FileRecord.from_dict(await self._client._core.delete_file(file_id, True))

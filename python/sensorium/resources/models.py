@@ -2,63 +2,31 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Optional
 
-from ..pagination import AsyncPager, Page, SyncPager
+from .._endpoints import ListRequest, Resource, query
+from ..errors import InvalidArgumentError
 from ..types import Model
-
-if TYPE_CHECKING:
-    from .._options import HasCore
 
 __all__ = ["Models", "AsyncModels"]
 
-
-def _page(raw: dict[str, Any]) -> Page[Model]:
-    return Page.from_raw(raw, Model.from_dict)
+SCOPES = ("platform", "org", "all")
 
 
-class Models:
-    """>>> [m.id for m in client.models.list(model_family="OmegaEncoder")]  # doctest: +SKIP
-    ['OmegaEncoder::omega_embeddings_1_4', ...]
+class Models(Resource):
+    """>>> [m.id for m in client.models.list(model_family="Encoder")]  # doctest: +SKIP
+    ['Encoder::encoder_embeddings_01', ...]
     """
 
-    def __init__(self, client: HasCore) -> None:
-        self._client = client
-
-    def list(
-        self,
-        model_family: str | None = None,
-        scope: str | None = None,
-        search: str | None = None,
-        variant: str | None = None,
-    ) -> SyncPager[Model]:
-        """Iterates the models the organization may use. ``model_family`` filters by family (the
-        emulator takes the spec's ``Reasoner``/``Encoder`` and the live ``Newton``/``OmegaEncoder``
-        alike); each record's ``model_family`` is its id's own prefix. ``scope`` is platform, org or all; ``search``
+    def list(self, model_family: Optional[str] = None, scope: Optional[str] = None, search: Optional[str] = None,
+             variant: Optional[str] = None) -> Any:
+        """Iterates the models the organization may use. ``scope`` is platform, org or all; ``search``
         matches id, description, family and variant case-insensitively."""
+        if scope is not None and scope not in SCOPES:
+            raise InvalidArgumentError(f"scope: is {scope!r}; it takes one of {', '.join(SCOPES)}", argument="scope")
+        params = query(model_family=model_family, scope=scope, search=search, variant=variant)
+        return self._list(ListRequest("/models", Model.from_dict, params))
 
-        def fetch(cursor: str | None) -> Page[Model]:
-            return _page(self._client._core.list_models(model_family, scope, search, variant, cursor, False))
 
-        return SyncPager(fetch)
-
-
-class AsyncModels:
+class AsyncModels(Models):
     """``Models`` with ``async for``."""
-
-    def __init__(self, client: HasCore) -> None:
-        self._client = client
-
-    def list(
-        self,
-        model_family: str | None = None,
-        scope: str | None = None,
-        search: str | None = None,
-        variant: str | None = None,
-    ) -> AsyncPager[Model]:
-        """See :meth:`Models.list`."""
-
-        async def fetch(cursor: str | None) -> Page[Model]:
-            return _page(await self._client._core.list_models(model_family, scope, search, variant, cursor, True))
-
-        return AsyncPager(fetch)
