@@ -9,6 +9,7 @@ import gc
 import itertools
 import os
 import resource
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -222,11 +223,11 @@ class NoiseMeter:
         self.server_cpu = server_cpu
         self.tick = os.sysconf("SC_CLK_TCK")
 
-    def start(self) -> tuple:
+    def start(self) -> tuple[Any, ...]:
         ru = resource.getrusage(resource.RUSAGE_SELF)
         return (time.perf_counter(), _busy_jiffies(), ru.ru_utime + ru.ru_stime, self.server_cpu())
 
-    def stop(self, started: tuple) -> dict[str, float | None]:
+    def stop(self, started: tuple[Any, ...]) -> dict[str, float | None]:
         t0, busy0, self0, server0 = started
         ru = resource.getrusage(resource.RUSAGE_SELF)
         t1, busy1, self1, server1 = time.perf_counter(), _busy_jiffies(), ru.ru_utime + ru.ru_stime, self.server_cpu()
@@ -238,6 +239,42 @@ class NoiseMeter:
             out["machine_cores"] = total
             out["other_cores"] = max(0.0, total - out["client_cores"] - (out["server_cores"] or 0.0))
         return out
+
+
+# ---------------------------------------------------------------------------------------------
+# This process and the loaded extension.
+
+
+def status_kb(field: str) -> int:
+    """A `kB` field of /proc/self/status (VmRSS, VmHWM, RssAnon, ...); -1 when absent."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return -1
+
+
+def build_profile() -> str:
+    """'debug' when the loaded sensorium._core carries DWARF debug info (maturin develop without
+    --release), 'release' when it does not, 'unknown' when the file cannot be read as ELF."""
+    try:
+        import sensorium._core as core
+
+        data = Path(core.__file__).read_bytes()
+        if data[:4] != b"\x7fELF" or data[4] != 2:
+            return "unknown"
+        endian = "<" if data[5] == 1 else ">"
+        shoff = struct.unpack_from(endian + "Q", data, 0x28)[0]
+        shentsize, shnum, shstrndx = struct.unpack_from(endian + "HHH", data, 0x3A)
+        strtab_off = struct.unpack_from(endian + "Q", data, shoff + shstrndx * shentsize + 0x18)[0]
+        for i in range(shnum):
+            name_off = struct.unpack_from(endian + "I", data, shoff + i * shentsize)[0]
+            start = strtab_off + name_off
+            name = data[start : data.index(b"\0", start)]
+            if name == b".debug_info":
+                return "debug"
+        return "release"
+    except Exception:
+        return "unknown"
 
 
 def write_report(report: dict[str, Any], text: str, out: Path, prefix: str, quick: bool) -> Path:

@@ -20,7 +20,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import struct
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ sys.path.insert(0, str(HERE))
 import measure  # noqa: E402
 import peers  # noqa: E402
 import servers  # noqa: E402
-from measure import Samples  # noqa: E402
+from measure import Samples, build_profile  # noqa: E402
 
 PEER_PACKAGES = ["sensorium", "httpx", "aiohttp", "requests", "pyreqwest", "orjson", "numpy"]
 
@@ -62,30 +61,6 @@ class Settings:
 
 # ---------------------------------------------------------------------------------------------
 # Environment
-
-
-def build_profile() -> str:
-    """'debug' when the loaded sensorium._core carries DWARF debug info (maturin develop without
-    --release), 'release' when it does not, 'unknown' when the file cannot be read as ELF."""
-    try:
-        import sensorium._core as core
-
-        data = Path(core.__file__).read_bytes()
-        if data[:4] != b"\x7fELF" or data[4] != 2:
-            return "unknown"
-        endian = "<" if data[5] == 1 else ">"
-        shoff = struct.unpack_from(endian + "Q", data, 0x28)[0]
-        shentsize, shnum, shstrndx = struct.unpack_from(endian + "HHH", data, 0x3A)
-        strtab_off = struct.unpack_from(endian + "Q", data, shoff + shstrndx * shentsize + 0x18)[0]
-        for i in range(shnum):
-            name_off = struct.unpack_from(endian + "I", data, shoff + i * shentsize)[0]
-            start = strtab_off + name_off
-            name = data[start : data.index(b"\0", start)]
-            if name == b".debug_info":
-                return "debug"
-        return "release"
-    except Exception:
-        return "unknown"
 
 
 def environment(server: servers.Server) -> dict[str, Any]:

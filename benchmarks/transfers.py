@@ -51,13 +51,6 @@ SMALL_PART = 64 * MIB
 # Child side: one transfer per process.
 
 
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return -1
-
-
 def _reset_peak() -> bool:
     try:
         Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
@@ -85,7 +78,7 @@ def child(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     else:
         raise SystemExit(f"unknown child kind {kind}")
 
-    rss_ready = _status_kb("VmRSS")
+    rss_ready = measure.status_kb("VmRSS")
     reset = _reset_peak()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
@@ -113,7 +106,7 @@ def child(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         result = {"etag": resp.headers.get("etag")}
     seconds = time.perf_counter() - t0
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
-    hwm = _status_kb("VmHWM")
+    hwm = measure.status_kb("VmHWM")
     return {
         "seconds": seconds,
         "rss_ready_kb": rss_ready,
@@ -468,8 +461,6 @@ def main() -> None:
         print(markdown(json.loads(args.report.read_text())))
         return
 
-    import run as query_run  # build_profile(): reads the loaded extension's ELF sections
-
     started = time.perf_counter()
     sizes = [("1 GiB", GIB)] if args.quick else [("1 GiB", GIB), ("4 GiB", 4 * GIB)]
     need = sum(s for _, s in sizes) * 3 + GIB
@@ -487,7 +478,7 @@ def main() -> None:
         report["env"] = {
             "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "cores": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
-            "versions": versions(), "sensorium_build": query_run.build_profile(), "sensorium_core": core.__file__,
+            "versions": versions(), "sensorium_build": measure.build_profile(), "sensorium_core": core.__file__,
             "tmp": str(args.tmp), "loadavg_start": [round(x, 2) for x in os.getloadavg()],
         }
         biggest = max(s for _, s in sizes)

@@ -16,6 +16,9 @@ use super::transport::{error_chain, Call, RequestBody, Transport};
 use super::upload::{self, DirectUploadOptions, TransferProgress};
 use crate::wire::files::{mime_for_name, FileOpResponse, SIMPLE_UPLOAD_MAX_BYTES, SIMPLE_UPLOAD_TYPES};
 
+/// The largest write batch of a download.
+const DOWNLOAD_BUFFER: usize = 4 * 1024 * 1024;
+
 const JSONL_TYPE: &str = "application/x-ndjson";
 
 /// The content type a file is uploaded with: from its extension (as the platform derives it),
@@ -288,8 +291,11 @@ pub async fn download_call(
                     .await
                     .map_err(|e| Error::io(partial.path.display(), e))?;
                 // Each tokio file write is a hop to the blocking pool; writing per received
-                // chunk (~20 KiB) made downloads context-switch-bound. Batch into 4 MiB writes.
-                let mut file = tokio::io::BufWriter::with_capacity(4 * 1024 * 1024, file);
+                // chunk (~20 KiB) made downloads context-switch-bound. Batch into 4 MiB writes,
+                // but no larger than the body: 32 threads each fetching a 1 KiB result must not
+                // each hold 4 MiB (the soak benchmark saw the allocator keep that memory).
+                let buffer = expected.map_or(DOWNLOAD_BUFFER, |n| (n as usize).clamp(8 * 1024, DOWNLOAD_BUFFER));
+                let mut file = tokio::io::BufWriter::with_capacity(buffer, file);
                 let mut stream = response.bytes_stream();
                 let mut written: u64 = 0;
                 loop {
