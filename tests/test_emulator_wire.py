@@ -423,7 +423,7 @@ def test_models_filters(emu: Emulator) -> None:
 
 
 def test_unknown_route_is_spec_shaped(emu: Emulator) -> None:
-    assert_error(request(emu, "GET", "/agents/blueprints"), 404, "not_found")
+    assert_error(request(emu, "GET", "/no-such-surface/items"), 404, "not_found")
 
 
 # --- Faults and the request log -----------------------------------------------------------------

@@ -73,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
         "ID=encoder gives the family of an id with a prefix the emulator does not know; "
         "'default' adds the whole default catalogue",
     )
+    p.add_argument("--work-duration", type=float, default=None,
+                   help="seconds each job (agent run, evaluation, optimization trial) spends running (default 0.2)")
+    p.add_argument("--page-size", type=int, default=None, help="default page size of the agents lists (default 100)")
     return p
 
 
@@ -88,6 +91,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             upload_part_size=args.upload_part_size,
             upload_url_ttl=args.upload_url_ttl,
             models=_model_entries(args.model),
+            work_duration=args.work_duration,
+            page_size=args.page_size,
         )
     except ValueError as e:
         parser.error(str(e))

@@ -105,10 +105,21 @@ class Emulator:
         upload_part_size: Optional[int] = None,
         upload_url_ttl: Optional[float] = None,
         models: Optional[Sequence[ModelSpec]] = None,
+        work_duration: float = 0.2,
+        page_size: Optional[int] = None,
     ) -> None:
         """``upload_part_size`` (bytes, default 400 MiB as live) and ``upload_url_ttl``
         (seconds, default 3600) shape the direct-to-cloud upload; tests use a few MiB so that
-        small files span several parts. ``models``: see the class docstring."""
+        small files span several parts. ``models``: see the class docstring. ``work_duration`` is
+        the seconds every job (agent run, evaluation, optimization trial) spends running;
+        ``page_size`` the default page size of the agents lists (small values give several pages).
+
+        Example::
+
+            with Emulator(work_duration=2, page_size=5) as emu:
+                emu.fail_next_job("agent", error="GPU fell over")   # the next run ends failed
+                emu.lag_agent_status(10)   # records say "running" 10 s after a run ended
+        """
         self._server = EmulatorServer(
             port=port,
             query_delay=query_delay,
@@ -117,6 +128,8 @@ class Emulator:
             upload_part_size=upload_part_size,
             upload_url_ttl=upload_url_ttl,
             models=_model_list(models),
+            work_duration=work_duration,
+            page_size=page_size,
         )
 
     @property
@@ -256,6 +269,29 @@ class Emulator:
 
     def clear_faults(self) -> None:
         self._server.clear_faults()
+
+    def fail_next_job(self, kind: str, *, error: Optional[str] = None,
+                      failed_inputs: Optional[Sequence[str]] = None) -> None:
+        """The next job of ``kind`` (``"agent"``, ``"batch"``, ``"fine_tuning"``, ``"eval"``,
+        ``"optimization"``) ends failed with ``error``; ``failed_inputs`` (file ids, batch only)
+        fail those inputs while the job still completes.
+
+        Example::
+
+            emu.fail_next_job("agent", error="worker lost")
+            # client.agents.instances.wait(run.id) now raises AgentRunError("... worker lost")
+        """
+        self._server.fail_next_job(kind, error=error, failed_inputs=list(failed_inputs) if failed_inputs else None)
+
+    def lag_agent_status(self, seconds: float) -> None:
+        """Agent records keep saying ``running`` for ``seconds`` after their run ended, as on the
+        live service; logs and events are not delayed (``wait()`` reads the end from them).
+
+        Example::
+
+            emu.lag_agent_status(30)
+        """
+        self._server.lag_agent_status(seconds)
 
     def fail_queries(self, error_msg: str = "emulated worker failure", times: int = 1) -> None:
         """The next ``times`` queries answer 200 with ``status: "failed"`` and ``error_msg``."""

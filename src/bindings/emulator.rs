@@ -67,7 +67,7 @@ fn fault_rule(
 #[pymethods]
 impl EmulatorServer {
     #[new]
-    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None, models=None))]
+    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None, models=None, work_duration=None, page_size=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -79,7 +79,12 @@ impl EmulatorServer {
         upload_part_size: Option<u64>,
         upload_url_ttl: Option<f64>,
         models: Option<&Bound<'_, PyAny>>,
+        work_duration: Option<f64>,
+        page_size: Option<usize>,
     ) -> PyResult<Self> {
+        if page_size.is_some_and(|n| !(1..=1000).contains(&n)) {
+            return Err(PyValueError::new_err("page_size must be from 1 to 1000"));
+        }
         let defaults = EmulatorOptions::default();
         if upload_part_size == Some(0) {
             return Err(PyValueError::new_err("upload_part_size must be at least 1 byte"));
@@ -96,6 +101,11 @@ impl EmulatorServer {
                 None => defaults.upload_url_ttl,
             },
             models: catalogue(models)?,
+            work_duration: match work_duration {
+                Some(t) => seconds(t, "work_duration")?,
+                None => defaults.work_duration,
+            },
+            page_size,
         };
         let emulator = runtime::wait(py, "Emulator()", async move {
             Emulator::start(opts)
@@ -186,6 +196,17 @@ impl EmulatorServer {
     #[pyo3(signature = (error_msg, times=1))]
     fn fail_queries(&self, error_msg: &str, times: u32) {
         self.emulator.fail_queries(error_msg, times);
+    }
+
+    #[pyo3(signature = (kind, *, error=None, failed_inputs=None))]
+    fn fail_next_job(&self, kind: &str, error: Option<String>, failed_inputs: Option<Vec<String>>) -> PyResult<()> {
+        self.emulator.fail_next_job(kind, error, failed_inputs.unwrap_or_default()).map_err(PyValueError::new_err)
+    }
+
+    #[pyo3(signature = (seconds))]
+    fn lag_agent_status(&self, seconds: f64) -> PyResult<()> {
+        self.emulator.lag_agent_status(self::seconds(seconds, "seconds")?);
+        Ok(())
     }
 
     #[pyo3(signature = (seconds))]

@@ -4,15 +4,18 @@
 //! what it received. It never presents itself as the hosted service: every answer carries
 //! `Server: sensorium-emulator`.
 
+mod agents;
 mod api_error;
 mod app;
 mod auth;
 mod catalogue;
 mod control;
 mod faults;
+mod jobs;
 mod files;
 mod models;
 mod options;
+mod paging;
 mod query;
 mod recorder;
 mod server;
@@ -121,6 +124,17 @@ impl Emulator {
     /// The next `times` queries answer 200 with `status: "failed"` and this `error_msg`.
     pub fn fail_queries(&self, error_msg: &str, times: u32) {
         self.inner.shared.fail_queries(error_msg, times);
+    }
+
+    /// The next job of `kind` (`agent`, `batch`, `fine_tuning`, `eval`, `optimization`) ends
+    /// failed with `error`, or (batch) completes with `failed_inputs` failed.
+    pub fn fail_next_job(&self, kind: &str, error: Option<String>, failed_inputs: Vec<String>) -> Result<(), String> {
+        self.inner.shared.jobs.fail_next(kind, jobs::Failure { error, failed_inputs })
+    }
+
+    /// Agent records keep saying `running` this long after their run ended (logs are not delayed).
+    pub fn lag_agent_status(&self, lag: Duration) {
+        *self.inner.shared.agents.lag.lock() = lag;
     }
 
     pub fn set_query_delay(&self, d: Duration) {

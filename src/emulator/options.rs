@@ -25,7 +25,14 @@ pub struct EmulatorOptions {
     /// The models every organization may query unless given its own list; the default
     /// catalogue (every id the spec and public code show, both spellings) when `None`.
     pub models: Option<Catalogue>,
+    /// Running time of every job (agent run, evaluation, optimization trial, ...).
+    pub work_duration: Duration,
+    /// Default page size of the agents lists (the platform's 100 when `None`).
+    pub page_size: Option<usize>,
 }
+
+/// CHOICES: "Default small (0.2 s)".
+pub const DEFAULT_WORK_DURATION: Duration = Duration::from_millis(200);
 
 /// The part size the live service used (400 MiB).
 pub const DEFAULT_UPLOAD_PART_SIZE: u64 = 400 * 1024 * 1024;
@@ -43,6 +50,8 @@ impl Default for EmulatorOptions {
             upload_part_size: DEFAULT_UPLOAD_PART_SIZE,
             upload_url_ttl: DEFAULT_UPLOAD_URL_TTL,
             models: None,
+            work_duration: DEFAULT_WORK_DURATION,
+            page_size: None,
         }
     }
 }

@@ -9,7 +9,10 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
+use super::agents::Agents;
 use super::auth::{KeyInfo, Role};
+use super::jobs::Executor;
+use super::paging::DEFAULT_LIMIT;
 use super::catalogue::Catalogue;
 use super::faults::FaultSet;
 use super::files::direct::registry::Registry;
@@ -44,6 +47,9 @@ pub(crate) struct Shared {
     /// Signs listing cursors so a made-up one is recognised as such.
     pub cursor_secret: [u8; 32],
     pub shutdown: CancellationToken,
+    /// The one executor every job kind runs on.
+    pub jobs: Arc<Executor>,
+    pub agents: Agents,
 }
 
 impl Shared {
@@ -51,6 +57,7 @@ impl Shared {
         let default_key = opts.api_key.clone().unwrap_or_else(random_key);
         let mut keys = HashMap::new();
         keys.insert(default_key.clone(), KeyInfo { org: DEFAULT_ORG.to_string(), role: Role::Admin });
+        let shutdown = CancellationToken::new();
         Shared {
             max_upload_bytes: opts.max_upload_bytes,
             keys: RwLock::new(keys),
@@ -68,7 +75,9 @@ impl Shared {
             query_delay: Mutex::new(opts.query_delay),
             failing_queries: Mutex::new(None),
             cursor_secret: rand::random(),
-            shutdown: CancellationToken::new(),
+            jobs: Arc::new(Executor::new(opts.work_duration, shutdown.clone())),
+            agents: Agents::new(opts.page_size.unwrap_or(DEFAULT_LIMIT)),
+            shutdown,
         }
     }
 

@@ -60,7 +60,7 @@ impl FileStore {
         FileStore { dir, orgs: Mutex::new(HashMap::new()), seq: AtomicU64::new(0) }
     }
 
-    #[cfg(test)]
+    /// The data dir, where results written by jobs are staged before they are listed.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

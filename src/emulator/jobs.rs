@@ -1,0 +1,161 @@
+//! One executor for every kind of job the platform runs (agent runs, evaluations, optimization
+//! trials; batch and fine-tuning jobs plug in the same way): the shared clock (`work_duration`
+//! of running per job, under half a second of admission before it), pause and cancel, and the
+//! `fail_next_job` control. A job kind supplies only what happens at each step (`Job`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+/// The kinds `fail_next_job` takes.
+pub const JOB_KINDS: &[&str] = &["agent", "batch", "fine_tuning", "eval", "optimization"];
+
+/// Time a job spends admitted (queued) before it runs; the CHOICES bound is 0.5 s.
+const ADMISSION: Duration = Duration::from_millis(50);
+/// How often a running job's clock is advanced (and pause/cancel noticed).
+const TICK: Duration = Duration::from_millis(20);
+
+/// What a job asks of the executor on each tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Control {
+    Run,
+    Pause,
+    Stop,
+}
+
+/// The steps of one job. The executor calls `admitted`, then `started`, then (unless stopped)
+/// `finish` with the failure planned for it, if any.
+pub(crate) trait Job: Send + Sync + 'static {
+    fn admitted(&self) {}
+    fn started(&self);
+    /// Checked on every tick: a paused job's clock stands still; a stopped one ends silently
+    /// (its record was already moved, e.g. to `canceled`).
+    fn control(&self) -> Control;
+    /// `failure` is the error text of a planned failure; `failed_inputs` the inputs that must fail
+    /// while the job still completes (batch).
+    fn finish(&self, failure: Option<String>, failed_inputs: Vec<String>);
+}
+
+/// A planned failure (`fail_next_job`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Failure {
+    pub error: Option<String>,
+    pub failed_inputs: Vec<String>,
+}
+
+pub(crate) struct Executor {
+    work_duration: Mutex<Duration>,
+    planned: Mutex<HashMap<String, Failure>>,
+    shutdown: CancellationToken,
+}
+
+impl Executor {
+    pub fn new(work_duration: Duration, shutdown: CancellationToken) -> Self {
+        Executor { work_duration: Mutex::new(work_duration), planned: Mutex::new(HashMap::new()), shutdown }
+    }
+
+    pub fn work_duration(&self) -> Duration {
+        *self.work_duration.lock()
+    }
+
+    /// The next job of `kind` ends failed with `error`, or (batch) completes with `failed_inputs`
+    /// failed. Refused for an unknown kind.
+    pub fn fail_next(&self, kind: &str, failure: Failure) -> Result<(), String> {
+        if !JOB_KINDS.contains(&kind) {
+            return Err(format!("kind is {kind:?}; it takes one of {}", JOB_KINDS.join(", ")));
+        }
+        self.planned.lock().insert(kind.to_string(), failure);
+        Ok(())
+    }
+
+    fn take_failure(&self, kind: &str) -> Failure {
+        self.planned.lock().remove(kind).unwrap_or_default()
+    }
+
+    /// Runs `job` of `kind` on the current runtime, `duration` of running time (the shared
+    /// `work_duration` when `None`).
+    pub fn spawn(self: &Arc<Self>, kind: &'static str, job: Arc<dyn Job>, duration: Option<Duration>) {
+        let executor = self.clone();
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = executor.drive(kind, job, duration) => {}
+            }
+        });
+    }
+
+    async fn drive(&self, kind: &'static str, job: Arc<dyn Job>, duration: Option<Duration>) {
+        tokio::time::sleep(ADMISSION).await;
+        if job.control() == Control::Stop {
+            return;
+        }
+        job.admitted();
+        tokio::time::sleep(ADMISSION).await;
+        job.started();
+        let needed = duration.unwrap_or_else(|| self.work_duration());
+        let mut ran = Duration::ZERO;
+        while ran < needed {
+            tokio::time::sleep(TICK.min(needed - ran)).await;
+            match job.control() {
+                Control::Stop => return,
+                Control::Pause => continue,
+                Control::Run => ran += TICK,
+            }
+        }
+        let failure = self.take_failure(kind);
+        job.finish(failure.error, failure.failed_inputs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    struct Probe {
+        control: Mutex<Control>,
+        steps: Mutex<Vec<String>>,
+        finished: AtomicU8,
+    }
+
+    impl Job for Probe {
+        fn admitted(&self) {
+            self.steps.lock().push("admitted".into());
+        }
+        fn started(&self) {
+            self.steps.lock().push("started".into());
+        }
+        fn control(&self) -> Control {
+            *self.control.lock()
+        }
+        fn finish(&self, failure: Option<String>, _: Vec<String>) {
+            self.steps.lock().push(failure.unwrap_or_else(|| "ok".into()));
+            self.finished.store(1, Ordering::SeqCst);
+        }
+    }
+
+    fn probe() -> Arc<Probe> {
+        Arc::new(Probe { control: Mutex::new(Control::Run), steps: Mutex::new(vec![]), finished: AtomicU8::new(0) })
+    }
+
+    #[tokio::test]
+    async fn runs_pauses_and_fails_as_planned() {
+        let ex = Arc::new(Executor::new(Duration::from_millis(60), CancellationToken::new()));
+        assert!(ex.fail_next("nonsense", Failure::default()).is_err());
+        ex.fail_next("agent", Failure { error: Some("boom".into()), failed_inputs: vec![] }).unwrap();
+        let (a, b) = (probe(), probe());
+        ex.spawn("agent", a.clone(), None);
+        *b.control.lock() = Control::Pause;
+        ex.spawn("eval", b.clone(), None);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(*a.steps.lock(), ["admitted", "started", "boom"]);
+        assert_eq!(b.finished.load(Ordering::SeqCst), 0, "a paused job does not finish");
+        *b.control.lock() = Control::Run;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(b.steps.lock().last().map(String::as_str), Some("ok"), "the failure was for one agent only");
+    }
+}

@@ -1,0 +1,328 @@
+"""Agents end to end through the public API against the emulator, sync and async: the run
+lifecycle (bundle -> run -> wait -> results -> download -> read), the Agent state table's 409s and
+404s, blueprints (YAML, replacement, versions, roles), pagination, the lagging status, a failed
+run, evaluations, optimizations, serving mode and the node registry."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+import sensorium
+from sensorium.errors import (
+    AgentRunError,
+    BadRequestError,
+    ConflictError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+)
+from sensorium.testing import Emulator
+from sensorium.types import Agent, AgentLog, AgentResult, Blueprint, BlueprintSummary, Bundle
+
+CSV = "timestamp,temperature,vibration\n" + "".join(f"{1700000000 + i},{20 + (i % 7)},{(i * 37) % 11}\n"
+                                                     for i in range(200))
+DOCUMENT = {
+    "graph": {"edges": [{"from": "source", "to": "embed"}, {"from": "embed", "to": "sink"}]},
+    "connectors": {"source": {"key": "MultiModalSource", "config": {}},
+                   "sink": {"key": "RecordsSink", "config": {"format": "jsonl/per-request"}}},
+    "values": {"window_size": 16},
+}
+
+
+@pytest.fixture
+def agents_emu():
+    with Emulator(work_duration=0.3) as emu:
+        yield emu
+
+
+@pytest.fixture(params=["sync", "async"])
+def run(request: pytest.FixtureRequest, agents_emu: Emulator) -> Callable[..., Any]:
+    """``run(lambda client: ...)``: the same steps on a ``Client`` or an ``AsyncClient``. The
+    operation may return a value, an awaitable (async) or a pager (collected into a list)."""
+
+    def go(operation: Callable[[Any], Any], **options: Any) -> Any:
+        if request.param == "sync":
+            with agents_emu.client(**options) as client:
+                result = operation(client)
+                return list(result) if isinstance(result, sensorium.pagination.SyncPager) else result
+
+        async def main() -> Any:
+            async with agents_emu.async_client(**options) as client:
+                result = operation(client)
+                if isinstance(result, sensorium.pagination.AsyncPager):
+                    return [item async for item in result]
+                return await result
+
+        return asyncio.run(main())
+
+    return go
+
+
+def _upload(emu: Emulator, name: str = "line3.csv", text: str = CSV) -> str:
+    with emu.client() as client:
+        return client.files.upload_base64(name, text.encode()).file_id
+
+
+def _osm_bundle(emu: Emulator) -> Bundle:
+    with emu.client() as client:
+        return client.agents.bundles.create("osm", name="Line 3 monitor")
+
+
+def test_the_whole_run_lifecycle(agents_emu, run, tmp_path):
+    file_id = _upload(agents_emu)
+    bundle = run(lambda c: c.agents.bundles.create("osm", name="Line 3 monitor", values={"window_size": 20}))
+    assert isinstance(bundle, Bundle) and bundle.status == "ready" and bundle.id.startswith("bnd_")
+    started = run(lambda c: c.agents.bundles.run(bundle.id, file_id))
+    assert isinstance(started, Agent) and started.status == "running" and started.id.startswith("agt_")
+    assert started.connectors["source"] == [{"type": "file", "id": file_id, "format": "csv"}]
+    agent = run(lambda c: c.agents.instances.wait(started.id, timeout=30))
+    assert agent.status == "completed" and agent.completed_at
+    results = run(lambda c: c.agents.instances.results(agent.id))
+    assert len(results) == 1 and isinstance(results[0], AgentResult)
+    assert results[0].filename == f"{agent.id}__output_line3.csv"
+    paths = run(lambda c: c.agents.instances.download_results(agent.id, tmp_path / "out" / "nested"))
+    assert paths == [tmp_path / "out" / "nested" / results[0].filename]
+    rows = list(csv.DictReader(io.StringIO(paths[0].read_text())))
+    assert rows and {"finish_timestamp", "start_timestamp", "predicted_state"} <= set(rows[0])
+    assert not list((tmp_path / "out" / "nested").glob(".*")), "no temporary file left behind"
+    logs = run(lambda c: c.agents.instances.logs(agent.id))
+    assert isinstance(logs[0], AgentLog) and logs[0].event_type == "job.completed"
+    assert {"job.admitted", "job.started"} <= {log.event_type for log in logs}
+    assert not [log for log in logs if (log.level or "").upper() == "ERROR"]
+    assert run(lambda c: c.agents.instances.events(agent.id))
+    latest = run(lambda c: c.agents.bundles.get(bundle.id, include_latest_runs=True))
+    assert [r.id for r in latest.latest_runs] == [agent.id]
+    assert run(lambda c: c.agents.bundles.get(bundle.id)).latest_runs is None
+
+
+def test_a_sink_gathers_every_output_in_one_file(agents_emu, run, tmp_path):
+    a, b = _upload(agents_emu, "a.csv"), _upload(agents_emu, "b.csv")
+    bundle = _osm_bundle(agents_emu)
+    started = run(lambda c: c.agents.bundles.run(bundle.id, [a, b], sink="all.csv"))
+    run(lambda c: c.agents.instances.wait(started.id, timeout=30))
+    results = run(lambda c: c.agents.instances.results(started.id))
+    assert [r.filename for r in results] == ["all.csv"]
+
+
+def test_state_table_conflicts_and_missing_ids(agents_emu, run):
+    bundle = _osm_bundle(agents_emu)
+    file_id = _upload(agents_emu)
+    with agents_emu.client() as client:
+        agent = client.agents.bundles.run(bundle.id, file_id)
+        paused = client.agents.instances.pause(agent.id)
+        assert paused.status == "paused"
+        with pytest.raises(ConflictError):
+            client.agents.instances.pause(agent.id)
+        with pytest.raises(ConflictError):
+            client.agents.instances.delete(agent.id)
+        assert client.agents.instances.resume(agent.id).status == "running"
+        assert client.agents.instances.cancel(agent.id).status == "canceled"
+        with pytest.raises(ConflictError):
+            client.agents.instances.cancel(agent.id)
+        assert client.agents.instances.cancel(agent.id, ok_if_terminal=True).status == "canceled"
+        with pytest.raises(ConflictError):
+            client.agents.instances.resume(agent.id)
+        client.agents.instances.delete(agent.id)
+    for operation in [lambda c: c.agents.instances.get(agent.id), lambda c: c.agents.bundles.get("bnd_missing"),
+                      lambda c: c.agents.bundles.run("bnd_missing", file_id),
+                      lambda c: c.agents.instances.cancel("agt_missing", ok_if_terminal=True)]:
+        with pytest.raises(NotFoundError):
+            run(operation)
+
+
+def test_a_paused_run_does_not_finish_until_resumed(agents_emu, run):
+    bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
+    with agents_emu.client() as client:
+        agent = client.agents.bundles.run(bundle.id, file_id)
+        client.agents.instances.pause(agent.id)
+        time.sleep(0.8)
+        assert client.agents.instances.get(agent.id).status == "paused"
+        client.agents.instances.resume(agent.id)
+    assert run(lambda c: c.agents.instances.wait(agent.id, timeout=30)).status == "completed"
+
+
+def test_a_failed_run_raises_with_its_agent_error_and_logs(agents_emu, run):
+    bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
+    agents_emu.fail_next_job("agent", error="GPU fell over")
+    started = run(lambda c: c.agents.bundles.run(bundle.id, file_id))
+    with pytest.raises(AgentRunError) as info:
+        run(lambda c: c.agents.instances.wait(started.id, timeout=30))
+    assert info.value.agent.status == "failed" and "GPU fell over" in str(info.value)
+    assert "GPU fell over" in (info.value.error or "") and info.value.logs
+
+
+def test_wait_sees_the_end_in_the_logs_when_the_status_lags(agents_emu, run):
+    bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
+    agents_emu.lag_agent_status(30)
+    started = run(lambda c: c.agents.bundles.run(bundle.id, file_id))
+    t0 = time.monotonic()
+    agent = run(lambda c: c.agents.instances.wait(started.id, timeout=20))
+    assert agent.status == "completed" and time.monotonic() - t0 < 20
+    with agents_emu.client() as client:
+        assert client.agents.instances.get(started.id).status == "running", "the record still lags"
+
+
+def test_ctrl_c_interrupts_a_blocking_wait(agents_emu, tmp_path):
+    bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
+    with agents_emu.client() as client:
+        agent = client.agents.bundles.run(bundle.id, file_id)
+        client.agents.instances.pause(agent.id)  # it will never end by itself
+    script = tmp_path / "wait.py"
+    script.write_text(textwrap.dedent(f"""
+        import sensorium, sys
+        client = sensorium.Client(api_key={agents_emu.api_key!r}, base_url={agents_emu.base_url!r})
+        print("waiting", flush=True)
+        try:
+            client.agents.instances.wait({agent.id!r})
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(3)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "waiting"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=10) == 3
+    assert proc.stdout.read().strip() == "interrupted"
+
+
+def test_blueprints_yaml_replacement_and_versions(agents_emu, run):
+    text = "graph:\n  edges:\n    - {from: source, to: sink}\nconnectors:\n  source: {key: MultiModalSource, config: {}}\n" \
+           "  sink: {key: RecordsSink, config: {}}\n"
+    first = run(lambda c: c.agents.blueprints.create("line-monitor", yaml_document=text))
+    assert isinstance(first, Blueprint) and first.is_active and first.document["connectors"]["source"]["key"]
+    with pytest.raises(ConflictError):
+        run(lambda c: c.agents.blueprints.create("line-monitor", document=DOCUMENT))
+    bundle = run(lambda c: c.agents.bundles.create(first.id, name="pinned"))
+    second = run(lambda c: c.agents.blueprints.create("line-monitor", document=DOCUMENT, replacement_of=first.id))
+    assert second.is_active and second.id != first.id
+    old = run(lambda c: c.agents.blueprints.get(first.id))
+    assert not old.is_active and old.blueprint_key.startswith("line-monitor-")
+    assert run(lambda c: c.agents.blueprints.get("line-monitor")).id == second.id
+    versions = run(lambda c: c.agents.blueprints.versions("line-monitor"))
+    assert [v.id for v in versions] == [second.id, first.id]
+    with pytest.raises(ConflictError):
+        run(lambda c: c.agents.blueprints.create("line-monitor", document=DOCUMENT, replacement_of=first.id))
+    # A bundle pinned to the replaced version keeps working.
+    started = run(lambda c: c.agents.bundles.run(bundle.id, _upload(agents_emu)))
+    assert run(lambda c: c.agents.instances.wait(started.id, timeout=30)).status == "completed"
+    with_yaml = run(lambda c: c.agents.blueprints.get(second.id, yaml=True))
+    assert with_yaml.yaml_document
+
+
+def test_blueprint_roles(agents_emu):
+    member = agents_emu.client(api_key=agents_emu.new_api_key(role="member"))
+    with pytest.raises(PermissionDeniedError):
+        member.agents.blueprints.create("mine", document=DOCUMENT)
+    with agents_emu.client() as admin:
+        assert admin.agents.blueprints.create("mine", document=DOCUMENT).is_canonical is False
+        with pytest.raises(PermissionDeniedError):
+            admin.agents.blueprints.create("everyone", document=DOCUMENT, canonical=True)
+    root = agents_emu.client(api_key=agents_emu.new_api_key(role="super_admin"))
+    assert root.agents.blueprints.create("everyone", document=DOCUMENT, canonical=True).is_canonical
+
+
+def test_canonical_catalogue_and_quick_starts(agents_emu, run):
+    keys = {b.blueprint_key for b in run(lambda c: c.agents.blueprints.list())}
+    assert {"osm", "red", "ad", "mga", "tva"} <= keys
+    quick = run(lambda c: c.agents.bundles.list(query="quick start"))
+    assert any(b.name == "OSM Quick Start (Volve Six State)" and b.is_canonical for b in quick)
+    nodes = {n.key for n in run(lambda c: c.agents.nodes.registry())}
+    assert {"MultiModalSource", "RecordsSink"} <= nodes
+    with pytest.raises(BadRequestError):
+        run(lambda c: c.agents.blueprints.create("bad", document={"graph": {"edges": []}, "connectors": {
+            "source": {"key": "NoSuchNode", "config": {}}}}))
+
+
+def test_pagination_across_pages(run):
+    with Emulator(page_size=3, work_duration=0.1) as emu:
+        file_id = _upload(emu)
+        with emu.client() as client:
+            bundle = client.agents.bundles.create("osm", name="paged")
+            ids = [client.agents.bundles.run(bundle.id, file_id).id for _ in range(7)]
+            listed = [a.id for a in client.agents.instances.list(bundle_id=bundle.id)]
+            assert sorted(listed) == sorted(ids) and len(listed) == 7
+            first = client.agents.instances.list(bundle_id=bundle.id).first_page()
+            assert len(first.data) == 3 and first.has_more and first.next_cursor
+            summaries = list(client.agents.blueprints.list(limit=2))
+            assert all(isinstance(s, BlueprintSummary) for s in summaries) and len(summaries) >= 5
+
+
+def test_evaluations_and_optimizations(agents_emu, run):
+    labelled = "timestamp,temperature,state\n" + "".join(f"{i},{i % 9},{'idle' if i % 2 else 'running'}\n"
+                                                         for i in range(120))
+    file_id = _upload(agents_emu, "labelled.csv", labelled)
+    osm = run(lambda c: c.agents.blueprints.get("osm"))
+    evaluation = run(lambda c: c.agents.evals.create(osm.id, [file_id], name="check"))
+    done = run(lambda c: c.agents.evals.wait(evaluation.id, timeout=30))
+    assert done.status == "completed"
+    state = done.metrics_report["targets"]["state"]
+    assert state["class_names"] and state["confusion_matrix"]
+    assert run(lambda c: c.agents.evals.examples(evaluation.id))
+    opt = run(lambda c: c.agents.optimizations.create(osm.id, objective="macro_f1", validation_examples=[file_id],
+                                                      max_trials=2))
+    finished = run(lambda c: c.agents.optimizations.wait(opt.id, timeout=60))
+    assert finished.status == "completed"
+    trials = run(lambda c: c.agents.optimizations.trials(opt.id))
+    assert len(trials) == 2 and all(t.objective_value is not None for t in trials)
+    promoted = run(lambda c: c.agents.optimizations.promote(opt.id, trials[0].id))
+    assert isinstance(promoted, Blueprint) and promoted.id.startswith("blp_")
+
+
+def test_serving_mode_answers_queries(agents_emu, run):
+    bundle = _osm_bundle(agents_emu)
+    agent = run(lambda c: c.agents.bundles.run(bundle.id, mode="serving"))
+    answer = run(lambda c: c.agents.instances.query(agent.id, {"text": "status?"}))
+    assert answer["status"] == "completed" and "response" in answer
+    import numpy as np
+
+    numeric = run(lambda c: c.agents.instances.query(agent.id, np.ones((2, 32))))
+    assert numeric["status"] == "completed"
+
+
+def test_the_version_less_mount(agents_emu):
+    root = agents_emu.base_url.rsplit("/v0.5", 1)[0]
+    with agents_emu.client(agents_base_url=root) as client:
+        assert any(b.is_canonical for b in client.agents.bundles.list())
+    assert any(r.path.startswith("/agents/bundles") for r in agents_emu.requests)
+
+
+def test_removed_model_field_is_refused_before_sending(agents_emu):
+    with agents_emu.client() as client:
+        with pytest.raises(InvalidArgumentError) as info:
+            client.agents.bundles.create("osm", name="x", model="Newton::c2_4_7b_251215a172f6d7")
+    assert "models" in str(info.value) and agents_emu.requests == []
+
+
+def test_records_from_the_spec_tables():
+    """Literal JSON written from the spec's Bundle, Agent and Blueprint tables."""
+    bundle = Bundle.from_dict(json.loads("""{"id": "bnd_01h", "name": "Line 3", "description": "d",
+        "blueprint_id": "blp_01h", "values": {"k": 1}, "status": "ready", "is_canonical": false,
+        "created_at": "2026-11-01T10:00:00Z", "org_id": "org_1", "artifacts": {},
+        "latest_runs": [{"id": "agt_1", "status": "completed", "created_at": "2026-11-01T10:00:00Z",
+        "started_at": "2026-11-01T10:00:01Z", "completed_at": "2026-11-01T10:05:00Z", "job_id": "job_1",
+        "error": null}]}"""))
+    assert bundle.latest_runs and bundle.latest_runs[0].job_id == "job_1" and bundle.latest_runs[0].error is None
+    agent = Agent.from_dict(json.loads("""{"id": "agt_1", "name": "Line 3", "org_id": "org_1",
+        "bundle_id": "bnd_01h", "blueprint": "osm", "blueprint_id": "blp_01h", "status": "cancelled",
+        "created_at": "2026-11-01T10:00:00Z", "connectors": {"source": [{"type": "file", "id": "a.csv",
+        "format": "csv"}], "sink": null}, "job_id": "job_1", "started_at": null, "completed_at": null,
+        "error": null}"""))
+    assert agent.is_terminal and agent.connectors["sink"] is None and agent.to_dict()["error"] is None
+    blueprint = Blueprint.from_dict(json.loads("""{"id": "blp_01h", "blueprint_key": "osm", "name": "OSM",
+        "description": "d", "document": {"graph": {"edges": []}, "blueprint_id": "blp_01h"},
+        "yaml_document": null, "is_canonical": true, "is_active": true, "created_at": "2026-11-01T10:00:00Z",
+        "brand_new": 1}"""))
+    assert blueprint.document["blueprint_id"] == "blp_01h" and blueprint.extra == {"brand_new": 1}
