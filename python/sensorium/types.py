@@ -22,6 +22,17 @@ __all__ = [
 R = TypeVar("R", bound="_Record")
 
 
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+def _field_names(cls: type) -> frozenset[str]:
+    """A record class's field names, computed once per class (lists build thousands of records)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls)) - {"extra", "_raw"}
+    return names
+
+
 @dataclass(frozen=True)
 class _Record:
     """A record whose known fields are attributes; everything else stays in ``extra``.
@@ -42,7 +53,7 @@ class _Record:
             raise APIResponseValidationError(
                 f"expected a {cls.__name__} record (a JSON object), got {type(data).__name__}", body=repr(data)[:2000]
             )
-        names = {f.name for f in fields(cls)} - {"extra", "_raw"}
+        names = _field_names(cls)
         known = {k: v for k, v in data.items() if k in names}
         for name, build in cls._nested.items():
             if isinstance(known.get(name), list):

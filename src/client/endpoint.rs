@@ -122,7 +122,14 @@ pub async fn call(transport: &Transport, req: &JsonCall) -> Result<Value, Error>
         if !matches!(value, Value::Object(_) | Value::Array(_)) {
             return Err(Error::unexpected(&call.url, format!("expected a list page, got {}", short(&value)), value.to_string().as_bytes()));
         }
-        return serde_json::to_value(normalize_page(value)).map_err(|e| Error::unexpected(&call.url, e.to_string(), b""));
+        // Moved, not re-serialised: a page of 1,000 records is not copied.
+        let page = normalize_page(value);
+        return Ok(serde_json::json!({
+            "data": page.data,
+            "has_more": page.has_more,
+            "next_cursor": page.next_cursor,
+            "prev_cursor": page.prev_cursor,
+        }));
     }
     Ok(value)
 }

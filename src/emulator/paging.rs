@@ -57,6 +57,17 @@ impl Params {
 
 /// One page of `items` (already filtered and in list order), each with its id.
 pub(crate) fn page(items: Vec<(String, Value)>, params: &Params, default_limit: usize) -> Result<Value, ApiError> {
+    page_with(items, params, default_limit, |v| v)
+}
+
+/// `page`, rendering only the items of the page: a list of 10,000 records renders 100 per page,
+/// not 10,000.
+pub(crate) fn page_with<T>(
+    items: Vec<(String, T)>,
+    params: &Params,
+    default_limit: usize,
+    render: impl Fn(T) -> Value,
+) -> Result<Value, ApiError> {
     let limit = params.limit(default_limit)?;
     let (after, before) = (params.get("after"), params.get("before"));
     if after.is_some() && before.is_some() {
@@ -85,7 +96,7 @@ pub(crate) fn page(items: Vec<(String, Value)>, params: &Params, default_limit: 
         (true, false) => items.get(end.saturating_sub(1)).map_or(Value::Null, |(id, _)| json!(id)),
         (true, true) => items.get(start).map_or(Value::Null, |(id, _)| json!(id)),
     };
-    let data: Vec<Value> = items.into_iter().skip(start).take(end - start).map(|(_, v)| v).collect();
+    let data: Vec<Value> = items.into_iter().skip(start).take(end - start).map(|(_, v)| render(v)).collect();
     Ok(json!({ "data": data, "has_more": has_more, "next_cursor": next_cursor }))
 }
 

@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from dataclasses import replace
@@ -49,8 +50,11 @@ TERMINAL_EVENTS = {"job.completed": "completed", "job.failed": "failed", "job.ca
 BUNDLE_SORTS = ("created_at", "last_run_at", "name")
 ORDERS = ("asc", "desc")
 # wait(): the first poll comes quickly (runs are often short), later ones back off to this.
-FIRST_POLL_SECONDS = 0.2
+FIRST_POLL_SECONDS = 0.25
 MAX_POLL_SECONDS = 5.0
+POLL_GROWTH = 1.3
+# While the logs are polled, the record is read too every this many rounds.
+RECORD_EVERY = 4
 
 
 def _one_of(value: Optional[str], allowed: Sequence[str], argument: str) -> Optional[str]:
@@ -300,7 +304,7 @@ def _poll_delays() -> Iterable[float]:
     delay = FIRST_POLL_SECONDS
     while True:
         yield delay
-        delay = min(delay * 1.6, MAX_POLL_SECONDS)
+        delay = min(delay * POLL_GROWTH, MAX_POLL_SECONDS)
 
 
 class _StatusBar:
@@ -328,26 +332,26 @@ class _StatusBar:
 
 def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], Request[list[AgentLog]]]],
              timeout: Optional[float], progress: bool, what: str) -> Operation[R]:
-    """Polls ``get()`` with backoff until the record's status is terminal. With ``recent_logs`` the
-    logs decide too (the status field lags): a terminal log event ends the wait, and the record
-    comes back with the status the logs show. A failure raises ``AgentRunError``."""
+    """Polls with backoff until the record's status is terminal. With ``recent_logs`` the logs
+    decide too, because the status field lags: while the record says running, each round reads
+    only the newest log lines (one request), and the record is fetched again when they show the
+    terminal event (then returned with the status the logs show), or every few rounds in case a
+    deployment logs nothing. A failure raises ``AgentRunError``."""
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
         raise InvalidArgumentError(f"timeout: is {timeout!r}; it takes seconds (0 or more) or None",
                                    argument="timeout")
     deadline = None if timeout is None else time.monotonic() + timeout
     bar = _StatusBar(progress, what)
     delays = iter(_poll_delays())
+    logs: list[AgentLog] = []
+    ended: Optional[str] = None
     try:
-        while True:
-            record = yield get()
+        record = yield get()
+        for round_number in itertools.count(1):
             status = _status_word(record)
-            logs: list[AgentLog] = []
-            if status not in TERMINAL_STATUSES and recent_logs is not None:
-                logs = yield recent_logs()
-                ended = next((TERMINAL_EVENTS[log.event_type] for log in logs if log.event_type in TERMINAL_EVENTS), None)
-                if ended is not None:
-                    status = ended
-                    record = replace(record, status=ended)  # type: ignore[type-var]
+            if status not in TERMINAL_STATUSES and ended is not None:
+                status = ended
+                record = replace(record, status=ended)  # type: ignore[type-var]
             bar.show(status or "?")
             if status in TERMINAL_STATUSES:
                 if status == "failed":
@@ -364,6 +368,13 @@ def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], R
                                        "platform (wait again, or cancel it)", record=record)
             delay = next(delays)
             yield Sleep(delay if remaining is None else min(delay, remaining))
+            if recent_logs is not None and round_number % RECORD_EVERY != 0:
+                logs = yield recent_logs()
+                ended = next((TERMINAL_EVENTS[log.event_type] for log in logs if log.event_type in TERMINAL_EVENTS),
+                             None)
+                if ended is None:
+                    continue
+            record = yield get()
     finally:
         bar.close()
 

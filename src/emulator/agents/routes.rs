@@ -20,7 +20,7 @@ use super::table::{transition, Status, Trigger};
 use super::work::{EvalJob, RunJob, TrialJob};
 use crate::emulator::api_error::ApiError;
 use crate::emulator::auth::{self, KeyInfo, Role};
-use crate::emulator::paging::{page, Params};
+use crate::emulator::paging::{page, page_with, Params};
 use crate::emulator::state::Shared;
 
 type Answer = Result<Response, ApiError>;
@@ -440,21 +440,14 @@ async fn list_instances(State(shared): State<Arc<Shared>>, headers: HeaderMap, R
     let needle = params.get("query").map(str::to_lowercase);
     let lag = *shared.agents.lag.lock();
     let store = shared.agents.store.lock();
-    let mut found: Vec<Value> = Vec::new();
-    let mut ids: Vec<String> = Vec::new();
-    for a in store.agents.iter().rev().filter(|a| a.org == who.org) {
-        let record = a.json(lag);
-        let shown = record["status"].as_str().and_then(Status::parse);
-        let keep = status.is_none_or(|s| shown == Some(s))
+    let items: Vec<(String, &AgentRec)> = store.agents.iter().rev().filter(|a| {
+        a.org == who.org
+            && status.is_none_or(|s| a.shown_status(lag) == s)
             && params.get("bundle_id").is_none_or(|b| a.bundle_id == b)
             && params.get("blueprint_id").is_none_or(|b| a.blueprint_id == b)
-            && needle.as_ref().is_none_or(|n| a.name.to_lowercase().contains(n) || a.id.contains(n.as_str()) || a.bundle_id.contains(n.as_str()));
-        if keep {
-            ids.push(a.id.clone());
-            found.push(record);
-        }
-    }
-    ok(StatusCode::OK, page(ids.into_iter().zip(found).collect(), &params, default_limit(&shared))?)
+            && needle.as_ref().is_none_or(|n| a.name.to_lowercase().contains(n) || a.id.contains(n.as_str()) || a.bundle_id.contains(n.as_str()))
+    }).map(|a| (a.id.clone(), a)).collect();
+    ok(StatusCode::OK, page_with(items, &params, default_limit(&shared), |a| a.json(lag))?)
 }
 
 fn with_agent<T>(shared: &Shared, org: &str, id: &str, f: impl FnOnce(&mut AgentRec) -> Result<T, ApiError>) -> Result<T, ApiError> {

@@ -165,8 +165,17 @@ impl AgentRec {
         }
     }
 
-    /// The record as the platform shows it. Within `lag` of its end a run still reads `running`
-    /// (the live service's status lag, switched on with `lag_agent_status`).
+    /// The status the record shows: within `lag` of its end a run still reads `running` (the
+    /// live service's status lag, switched on with `lag_agent_status`).
+    pub fn shown_status(&self, lag: Duration) -> Status {
+        if self.ended.is_some_and(|t| t.elapsed() < lag) {
+            Status::Running
+        } else {
+            self.status
+        }
+    }
+
+    /// The record as the platform shows it (see `shown_status`).
     pub fn json(&self, lag: Duration) -> Value {
         let lagging = self.ended.is_some_and(|t| t.elapsed() < lag);
         let (status, completed_at, error) = if lagging {
