@@ -326,3 +326,67 @@ def test_records_from_the_spec_tables():
         "yaml_document": null, "is_canonical": true, "is_active": true, "created_at": "2026-11-01T10:00:00Z",
         "brand_new": 1}"""))
     assert blueprint.document["blueprint_id"] == "blp_01h" and blueprint.extra == {"brand_new": 1}
+
+
+def test_every_remaining_call(agents_emu, run):
+    labelled = "timestamp,temperature,state\n" + "".join(f"{i},{i % 5},{'idle' if i % 3 else 'running'}\n"
+                                                         for i in range(64))
+    file_id = _upload(agents_emu, "l.csv", labelled)
+    osm = run(lambda c: c.agents.blueprints.get("osm"))
+    evaluation = run(lambda c: c.agents.evals.create(osm.id, [file_id], name="e1"))
+    assert [e.id for e in run(lambda c: c.agents.evals.list())] == [evaluation.id]
+    assert run(lambda c: c.agents.evals.get(evaluation.id)).status == "running"
+    with pytest.raises(ConflictError):
+        run(lambda c: c.agents.evals.delete(evaluation.id))
+    assert run(lambda c: c.agents.evals.cancel(evaluation.id)).status == "canceled"
+    with pytest.raises(ConflictError):
+        run(lambda c: c.agents.evals.cancel(evaluation.id))
+    run(lambda c: c.agents.evals.delete(evaluation.id))
+    with pytest.raises(NotFoundError):
+        run(lambda c: c.agents.evals.get(evaluation.id))
+    opt = run(lambda c: c.agents.optimizations.create(osm.id, objective="macro_f1", validation_examples=[file_id],
+                                                      max_trials=3, name="o1"))
+    assert [o.id for o in run(lambda c: c.agents.optimizations.list())] == [opt.id]
+    assert run(lambda c: c.agents.optimizations.get(opt.id)).progress["pending"] >= 0
+    assert run(lambda c: c.agents.optimizations.cancel(opt.id)).status == "canceled"
+    run(lambda c: c.agents.optimizations.delete(opt.id))
+    with pytest.raises(NotFoundError):
+        run(lambda c: c.agents.optimizations.get(opt.id))
+    mine = run(lambda c: c.agents.blueprints.create("to-delete", document=DOCUMENT))
+    bundle = run(lambda c: c.agents.bundles.create(mine.id, name="b-to-delete"))
+    with pytest.raises(ConflictError):
+        run(lambda c: c.agents.blueprints.delete(mine.id))  # a bundle is pinned to it
+    run(lambda c: c.agents.bundles.delete(bundle.id))
+    run(lambda c: c.agents.blueprints.delete(mine.id))
+    with pytest.raises(NotFoundError):
+        run(lambda c: c.agents.bundles.get(bundle.id))
+    names = [b.name for b in run(lambda c: c.agents.bundles.list(sort="name", order="asc"))]
+    assert names == sorted(names)
+
+
+def test_failed_evaluation_and_optimization(agents_emu, run):
+    file_id = _upload(agents_emu)
+    osm = run(lambda c: c.agents.blueprints.get("osm"))
+    agents_emu.fail_next_job("eval", error="labels unreadable")
+    evaluation = run(lambda c: c.agents.evals.create(osm.id, [file_id]))
+    with pytest.raises(AgentRunError) as info:
+        run(lambda c: c.agents.evals.wait(evaluation.id, timeout=30))
+    assert "labels unreadable" in str(info.value) and info.value.agent.id == evaluation.id
+    agents_emu.fail_next_job("optimization", error="trial crashed")
+    opt = run(lambda c: c.agents.optimizations.create(osm.id, objective="macro_f1", validation_examples=[file_id],
+                                                      max_trials=2))
+    with pytest.raises(AgentRunError):
+        run(lambda c: c.agents.optimizations.wait(opt.id, timeout=30))
+
+
+def test_instance_filters_and_logs_search(agents_emu, run):
+    bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
+    first = run(lambda c: c.agents.bundles.run(bundle.id, file_id))
+    run(lambda c: c.agents.instances.wait(first.id, timeout=30))
+    second = run(lambda c: c.agents.bundles.run(bundle.id, file_id))
+    run(lambda c: c.agents.instances.pause(second.id))
+    assert [a.id for a in run(lambda c: c.agents.instances.list(status="paused"))] == [second.id]
+    assert [a.id for a in run(lambda c: c.agents.instances.list(status="completed", bundle_id=bundle.id))] == [first.id]
+    assert [log.event_type for log in run(lambda c: c.agents.instances.logs(first.id, search="completed"))] == ["job.completed"]
+    assert run(lambda c: c.agents.instances.logs(first.id, level="error")) == []
+    run(lambda c: c.agents.instances.cancel(second.id))

@@ -250,3 +250,59 @@ def test_cancel_ok_if_terminal_turns_only_the_409_into_success(call):
         assert agent.status == "completed"
         with pytest.raises(NotFoundError):
             call(server.base_url, lambda c: c.agents.instances.cancel("agt_2", ok_if_terminal=True))
+
+
+def test_download_results_follows_presigned_urls_without_the_key(call, tmp_path):
+    from urllib.parse import urlsplit as split
+
+    state: dict[str, Any] = {}
+
+    def script(head: bytes) -> list[Any]:
+        method, target = head.split(b"\r\n")[0].decode().split(" ")[:2]
+        path = split(target).path
+        if path == "/v0.5/agents/instances/agt_1/results":
+            body = {"data": [
+                {"id": "res_1", "port_name": "output", "data": {"filename": "../escape.csv", "num_bytes": 3,
+                                                                "ref": state["url"] + "/storage/out.csv?sig=abc"}},
+                {"id": "res_2", "port_name": "output", "data": {"filename": "b.json", "num_bytes": 2,
+                                                                "ref": "/files/download/b.json"}}],
+                "has_more": False, "next_cursor": None}
+            return [response(200, json.dumps(body).encode())]
+        if path == "/storage/out.csv":
+            state["storage_auth"] = b"authorization:" in head.lower()
+            return [response(200, b"a,b")]
+        if path == "/v0.5/files/download/b.json":
+            state["api_auth"] = b"authorization: bearer sk-test" in head.lower()
+            return [response(200, b"{}")]
+        return [response(404, b"{}")]
+
+    with FakeServer(script) as server:
+        state["url"] = server.base_url.rsplit("/v0.5", 1)[0]
+        paths = call(server.base_url, lambda c: c.agents.instances.download_results("agt_1", tmp_path / "out"))
+    assert [p.name for p in paths] == ["escape.csv", "b.json"], "a server-given name stays inside the folder"
+    assert all(p.parent == tmp_path / "out" for p in paths)
+    assert (tmp_path / "out" / "escape.csv").read_bytes() == b"a,b"
+    assert state == {"url": state["url"], "storage_auth": False, "api_auth": True}
+
+
+def test_records_from_the_wire_notes():
+    """Literal JSON of the shapes public usage shows (wire-notes, Agents)."""
+    from sensorium.types import AgentLog, AgentResult, Eval, Optimization, Trial
+
+    result = AgentResult.from_dict(json.loads('{"id": "res_1", "port_name": "output", "data": {"filename": '
+                                              '"agt_1__output_a.csv", "num_bytes": 10, "ref": "/files/download/'
+                                              'agt_1__output_a.csv", "file_extension": "csv", "expires_at": null}, '
+                                              '"created_at": "2026-11-23T10:00:00.000000Z"}'))
+    assert result.filename == "agt_1__output_a.csv" and result.ref.startswith("/files/download/")
+    log = AgentLog.from_dict(json.loads('{"id": "log_1", "created_at": "2026-11-23T10:00:00.000000Z", '
+                                        '"level": "INFO", "event_type": "job.completed", "message": "done"}'))
+    assert log.event_type == "job.completed"
+    trial = Trial.from_dict(json.loads('{"id": "otr_1", "trial_number": 0, "status": "completed", '
+                                       '"objective_value": 0.81, "metrics_report": {}, "trial_values": {"k": 5}}'))
+    assert trial.objective_value == 0.81 and trial.trial_values == {"k": 5}
+    opt = Optimization.from_dict(json.loads('{"id": "opt_1", "status": "running", "progress": {"completed": 1}, '
+                                            '"budget": {"max_trials": 4}}'))
+    assert opt.budget == {"max_trials": 4} and opt.progress == {"completed": 1}
+    ev = Eval.from_dict(json.loads('{"id": "evl_1", "status": "completed", "metrics_report": {"targets": {"state": '
+                                   '{"class_names": ["a"], "confusion_matrix": [[1]]}}}}'))
+    assert ev.metrics_report["targets"]["state"]["confusion_matrix"] == [[1]]
