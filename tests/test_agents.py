@@ -390,3 +390,36 @@ def test_instance_filters_and_logs_search(agents_emu, run):
     assert [log.event_type for log in run(lambda c: c.agents.instances.logs(first.id, search="completed"))] == ["job.completed"]
     assert run(lambda c: c.agents.instances.logs(first.id, level="error")) == []
     run(lambda c: c.agents.instances.cancel(second.id))
+
+
+def test_wait_progress_bar(agents_emu, run, monkeypatch):
+    import sys
+    import types
+
+    bars: list[Any] = []
+
+    class FakeBar:
+        def __init__(self, **kwargs: Any) -> None:
+            self.kwargs, self.postfix, self.closed = kwargs, [], False
+            bars.append(self)
+
+        def set_postfix_str(self, text: str) -> None:
+            self.postfix.append(text)
+
+        def close(self) -> None:
+            self.closed = True
+
+    bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
+    started = run(lambda c: c.agents.bundles.run(bundle.id, file_id))
+    if "tqdm" not in sys.modules:
+        with pytest.raises(InvalidArgumentError) as info:
+            run(lambda c: c.agents.instances.wait(started.id, progress=True))
+        assert info.value.argument == "progress"
+    fake = types.ModuleType("tqdm.auto")
+    fake.tqdm = FakeBar  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
+    monkeypatch.setitem(sys.modules, "tqdm.auto", fake)
+    agent = run(lambda c: c.agents.instances.wait(started.id, timeout=30, progress=True))
+    assert agent.status == "completed"
+    (bar,) = bars
+    assert bar.postfix[-1] == "completed" and bar.closed and started.id in bar.kwargs["desc"]
