@@ -423,3 +423,15 @@ def test_wait_progress_bar(agents_emu, run, monkeypatch):
     assert agent.status == "completed"
     (bar,) = bars
     assert bar.postfix[-1] == "completed" and bar.closed and started.id in bar.kwargs["desc"]
+
+
+def test_page_size_applies_to_every_list():
+    with Emulator(page_size=2) as emu:
+        with emu.client() as client:
+            for i in range(5):
+                client.files.upload_base64(f"f{i}.txt", b"x")
+            first = client.files.list().first_page()
+            assert len(first.data) == 2 and first.has_more
+            assert len(list(client.files.list())) == 5
+            assert len(client.agents.blueprints.list().first_page().data) == 2
+            assert len(client.files.list(limit=4).first_page().data) == 4, "an explicit limit wins"

@@ -50,6 +50,8 @@ pub(crate) struct Shared {
     /// The one executor every job kind runs on.
     pub jobs: Arc<Executor>,
     pub agents: Agents,
+    /// Default page size of every list (`Emulator(page_size=...)`; the platform's 100).
+    pub page_size: usize,
 }
 
 impl Shared {
@@ -76,7 +78,8 @@ impl Shared {
             failing_queries: Mutex::new(None),
             cursor_secret: rand::random(),
             jobs: Arc::new(Executor::new(opts.work_duration, shutdown.clone())),
-            agents: Agents::new(opts.page_size.unwrap_or(DEFAULT_LIMIT)),
+            agents: Agents::new(),
+            page_size: opts.page_size.unwrap_or(DEFAULT_LIMIT),
             shutdown,
         }
     }

@@ -21,13 +21,11 @@ pub(crate) struct Agents {
     pub store: Mutex<Store>,
     /// `lag_agent_status`: how long a finished run still reads `running`.
     pub lag: Mutex<Duration>,
-    /// Default page size of every agents list.
-    pub page_size: usize,
 }
 
 impl Agents {
-    pub fn new(page_size: usize) -> Self {
-        Agents { store: Mutex::new(canonical_store()), lag: Mutex::new(Duration::ZERO), page_size }
+    pub fn new() -> Self {
+        Agents { store: Mutex::new(canonical_store()), lag: Mutex::new(Duration::ZERO) }
     }
 }
 

@@ -113,10 +113,6 @@ fn data_ref(value: &Value, at: &str) -> Result<Value, ApiError> {
     Ok(value.clone())
 }
 
-fn default_limit(shared: &Shared) -> usize {
-    shared.agents.page_size
-}
-
 // ---------------------------------------------------------------------------------------------
 // Blueprints
 
@@ -246,7 +242,7 @@ async fn list_blueprints(State(shared): State<Arc<Shared>>, headers: HeaderMap, 
         }
         (b.id.clone(), v)
     }).collect();
-    ok(StatusCode::OK, page(items, &params, default_limit(&shared))?)
+    ok(StatusCode::OK, page(items, &params, shared.page_size)?)
 }
 
 async fn get_blueprint(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(reference): Path<String>, RawQuery(q): RawQuery) -> Answer {
@@ -283,7 +279,7 @@ async fn blueprint_versions(State(shared): State<Arc<Shared>>, headers: HeaderMa
     let mut versions: Vec<&BlueprintRec> = store.blueprints.iter().filter(|b| b.lineage == lineage && b.org == scope).collect();
     versions.sort_by_key(|b| std::cmp::Reverse(b.seq));
     let items = versions.into_iter().map(|b| (b.id.clone(), b.summary())).collect();
-    ok(StatusCode::OK, page(items, &Params::parse(q.as_deref()), default_limit(&shared))?)
+    ok(StatusCode::OK, page(items, &Params::parse(q.as_deref()), shared.page_size)?)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -347,7 +343,7 @@ async fn list_bundles(State(shared): State<Arc<Shared>>, headers: HeaderMap, Raw
         found.reverse();
     }
     let items = found.into_iter().map(|b| (b.id.clone(), b.json())).collect();
-    ok(StatusCode::OK, page(items, &params, default_limit(&shared))?)
+    ok(StatusCode::OK, page(items, &params, shared.page_size)?)
 }
 
 async fn get_bundle(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(id): Path<String>, RawQuery(q): RawQuery) -> Answer {
@@ -447,7 +443,7 @@ async fn list_instances(State(shared): State<Arc<Shared>>, headers: HeaderMap, R
             && params.get("blueprint_id").is_none_or(|b| a.blueprint_id == b)
             && needle.as_ref().is_none_or(|n| a.name.to_lowercase().contains(n) || a.id.contains(n.as_str()) || a.bundle_id.contains(n.as_str()))
     }).map(|a| (a.id.clone(), a)).collect();
-    ok(StatusCode::OK, page_with(items, &params, default_limit(&shared), |a| a.json(lag))?)
+    ok(StatusCode::OK, page_with(items, &params, shared.page_size, |a| a.json(lag))?)
 }
 
 fn with_agent<T>(shared: &Shared, org: &str, id: &str, f: impl FnOnce(&mut AgentRec) -> Result<T, ApiError>) -> Result<T, ApiError> {
@@ -510,7 +506,7 @@ fn feed(shared: &Shared, headers: &HeaderMap, id: &str, q: Option<&str>, pick: i
     let rows = with_agent(shared, &who.org, id, |a| Ok(pick(a)))?;
     let items = rows.into_iter().rev().filter(|r| keep(r))
         .map(|r| (r.get("id").and_then(Value::as_str).unwrap_or_default().to_string(), r)).collect();
-    ok(StatusCode::OK, page(items, &Params::parse(q), default_limit(shared))?)
+    ok(StatusCode::OK, page(items, &Params::parse(q), shared.page_size)?)
 }
 
 async fn instance_events(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(id): Path<String>, RawQuery(q): RawQuery) -> Answer {
@@ -636,7 +632,7 @@ fn find_json<'a>(recs: &'a mut [JsonRec], org: &str, id: &str, what: &str) -> Re
 async fn list_evals(State(shared): State<Arc<Shared>>, headers: HeaderMap, RawQuery(q): RawQuery) -> Answer {
     let who = caller(&shared, &headers)?;
     let store = shared.agents.store.lock();
-    list_json(&store.evals, &who.org, &Params::parse(q.as_deref()), default_limit(&shared))
+    list_json(&store.evals, &who.org, &Params::parse(q.as_deref()), shared.page_size)
 }
 
 async fn get_eval(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(id): Path<String>) -> Answer {
@@ -684,7 +680,7 @@ async fn eval_examples(State(shared): State<Arc<Shared>>, headers: HeaderMap, Pa
             .map(|(i, e)| json!({"id": format!("exm_{i:04}"), "index": i, "name": e.get("name"), "inputs": e["inputs"], "status": "pending"})).collect(),
     };
     let items = rows.into_iter().map(|r| (r["id"].as_str().unwrap_or_default().to_string(), r)).collect();
-    ok(StatusCode::OK, page(items, &Params::parse(q.as_deref()), default_limit(&shared))?)
+    ok(StatusCode::OK, page(items, &Params::parse(q.as_deref()), shared.page_size)?)
 }
 
 async fn create_optimization(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: axum::body::Bytes) -> Answer {
@@ -717,7 +713,7 @@ async fn create_optimization(State(shared): State<Arc<Shared>>, headers: HeaderM
 async fn list_optimizations(State(shared): State<Arc<Shared>>, headers: HeaderMap, RawQuery(q): RawQuery) -> Answer {
     let who = caller(&shared, &headers)?;
     let store = shared.agents.store.lock();
-    list_json(&store.optimizations, &who.org, &Params::parse(q.as_deref()), default_limit(&shared))
+    list_json(&store.optimizations, &who.org, &Params::parse(q.as_deref()), shared.page_size)
 }
 
 async fn get_optimization(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(id): Path<String>) -> Answer {
@@ -749,7 +745,7 @@ async fn list_trials(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path
     find_json(&mut store.optimizations, &who.org, &id, "Optimization")?;
     let items = store.trials.iter().rev().filter(|(o, t)| *o == id && params.get("status").is_none_or(|s| Status::parse(s) == t.status()))
         .map(|(_, t)| (t.id(), t.json.clone())).collect();
-    ok(StatusCode::OK, page(items, &params, default_limit(&shared))?)
+    ok(StatusCode::OK, page(items, &params, shared.page_size)?)
 }
 
 /// Promote: a blueprint of the caller's organization carrying the trial's values. When the

@@ -66,12 +66,24 @@ enum Anchor {
     Before(Position),
 }
 
+impl ListParams {
+    /// The page size when the request gave none: `Emulator(page_size=...)`, like every list.
+    pub fn default_limit(mut self, page_size: usize) -> Self {
+        if !self.limit_given {
+            self.limit = page_size;
+        }
+        self
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct ListParams {
     types: Vec<String>,
     sort: SortField,
     descending: bool,
     limit: usize,
+    /// Whether the request gave `limit` (else the emulator's `page_size` applies).
+    limit_given: bool,
     anchor: Option<Anchor>,
 }
 
@@ -129,6 +141,7 @@ impl ListParams {
                 )))
             }
         };
+        let limit_text = limit.clone();
         let limit = match limit.as_deref() {
             None | Some("") => DEFAULT_LIMIT,
             Some(l) => l
@@ -163,7 +176,8 @@ impl ListParams {
                 ));
             }
         }
-        Ok(ListParams { types, sort, descending, limit, anchor })
+        let limit_given = !matches!(limit_text.as_deref(), None | Some(""));
+        Ok(ListParams { types, sort, descending, limit, limit_given, anchor })
     }
 
     fn compare_keys(&self, a: &(Value, u64), b: &(Value, u64)) -> Ordering {

@@ -45,7 +45,7 @@ pub(crate) async fn list(
     RawQuery(query): RawQuery,
 ) -> Result<Json<FilePage>, ApiError> {
     let org = auth::require_org(&shared, &headers)?;
-    let params = ListParams::parse(query.as_deref().unwrap_or(""), &shared.cursor_secret)?;
+    let params = ListParams::parse(query.as_deref().unwrap_or(""), &shared.cursor_secret)?.default_limit(shared.page_size);
     Ok(Json(params.page(shared.files.list(&org), &shared.cursor_secret).into()))
 }
 
