@@ -15,7 +15,7 @@ Example::
 For local work and tests, ``sensorium.testing.Emulator`` runs a local stand-in of the platform.
 """
 
-from . import errors, events, types
+from . import errors, events, fine_tuning, types
 from ._client import AsyncClient, Client
 from ._core import __version__
 from .pagination import AsyncPager, Page, SyncPager
@@ -33,6 +33,7 @@ __all__ = [
     "AsyncPager",
     "errors",
     "events",
+    "fine_tuning",
     "types",
     "__version__",
 ]

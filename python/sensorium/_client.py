@@ -20,6 +20,8 @@ from ._options import (
 from ._endpoints import AsyncRunner, SyncRunner
 from .resources import AsyncFiles, AsyncModels, Files, Models
 from .resources.agents import Agents, AsyncAgents
+from .resources.fine_tuning import AsyncFineTuning, FineTuning
+from .resources.jobs import AsyncJobs, Jobs
 from .types import Embeddings, QueryResult
 
 if TYPE_CHECKING:
@@ -113,12 +115,16 @@ class Client(_BaseClient):
     files: Files
     models: Models
     agents: Agents
+    fine_tuning: FineTuning
+    jobs: Jobs
 
     def _bind_resources(self) -> None:
         runner = SyncRunner(self)
         self.files = Files(runner)
         self.models = Models(runner)
         self.agents = Agents(runner)
+        self.fine_tuning = FineTuning(runner)
+        self.jobs = Jobs(runner)
 
     def with_options(
         self,
@@ -180,12 +186,16 @@ class AsyncClient(_BaseClient):
     files: AsyncFiles
     models: AsyncModels
     agents: AsyncAgents
+    fine_tuning: AsyncFineTuning
+    jobs: AsyncJobs
 
     def _bind_resources(self) -> None:
         runner = AsyncRunner(self)
         self.files = AsyncFiles(runner)
         self.models = AsyncModels(runner)
         self.agents = AsyncAgents(runner)
+        self.fine_tuning = AsyncFineTuning(runner)
+        self.jobs = AsyncJobs(runner)
 
     def with_options(
         self,

@@ -44,6 +44,7 @@ __all__ = [
     "InternalError",
     "AgentRunError",
     "WaitTimeoutError",
+    "JobFailedError",
     "ErrorDetail",
 ]
 
@@ -73,6 +74,23 @@ class AgentRunError(SensoriumError):
 
 def _rebuild_agent_run_error(message: str, agent: Any, error: str | None, logs: list[Any]) -> AgentRunError:
     return AgentRunError(message, agent=agent, error=error, logs=logs)
+
+
+class JobFailedError(SensoriumError):
+    """A batch or fine-tuning job ended ``FAILED``. ``job`` is its final record and ``errors`` the
+    error texts it carries."""
+
+    def __init__(self, message: str, *, job: Any = None, errors: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.job = job
+        self.errors = list(errors or [])
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_job_failed_error, (str(self), self.job, self.errors))
+
+
+def _rebuild_job_failed_error(message: str, job: Any, errors: list[str]) -> JobFailedError:
+    return JobFailedError(message, job=job, errors=errors)
 
 
 class WaitTimeoutError(SensoriumError, TimeoutError):

@@ -15,7 +15,7 @@ from ._core import Embeddings, NumericEvent, QueryResult
 __all__ = [
     "QueryResult", "Embeddings", "NumericEvent", "FileRecord", "Model", "QueryParams",
     "BlueprintSummary", "Blueprint", "Bundle", "RunSummary", "Agent", "AgentResult", "AgentLog", "AgentEvent",
-    "Eval", "Optimization", "Trial", "Node",
+    "Eval", "Optimization", "Trial", "Node", "FineTuningJob", "FineTuningEvent", "Checkpoint", "BatchJob",
 ]
 
 
@@ -298,6 +298,78 @@ class Node(_Record):
     kind: Optional[str] = None
     name: Optional[str] = None
     description: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class FineTuningJob(_Record):
+    """A fine-tuning job (``/v0.6``). ``status`` is ``PENDING``, ``ADMITTED``, ``RUNNING``,
+    ``COMPLETED`` (with ``outcome`` ``SUCCESS``, ``PARTIAL`` or ``FAILED``), ``FAILED``,
+    ``PREEMPTED``, ``CANCELLED``, ``PAUSED`` or ``INTERRUPTED``; some deployments say ``SUCCEEDED``
+    for ``COMPLETED``, and :attr:`is_finished` takes both."""
+
+    id: str
+    object: Optional[str] = None
+    name: Optional[str] = None
+    model: Optional[str] = None
+    created_at: Optional[int] = None
+    org_id: Optional[str] = None
+    status: Optional[str] = None
+    outcome: Optional[str] = None
+    training_files: Optional[list[Any]] = None
+    validation_files: Optional[list[Any]] = None
+    errors: Optional[list[Any]] = None
+    checkpoint_id: Optional[str] = None
+    fine_tuned_model: Optional[str] = None
+    finished_at: Optional[int] = None
+    seed: Optional[int] = None
+    user_provided_suffix: Optional[str] = None
+
+    @property
+    def is_finished(self) -> bool:
+        return (self.status or "").upper() in FINISHED_JOB_STATUSES
+
+
+# Statuses after which a fine-tuning or batch job no longer changes.
+FINISHED_JOB_STATUSES = frozenset({"COMPLETED", "SUCCEEDED", "FAILED", "CANCELLED", "CANCELED"})
+
+
+@dataclass(frozen=True)
+class FineTuningEvent(_Record):
+    """A fine-tuning event or log line; ``id`` is its paging cursor."""
+
+    id: Optional[str] = None
+    created_at: Optional[int] = None
+    level: Optional[str] = None
+    type: Optional[str] = None
+    index: Optional[int] = None
+    message: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Checkpoint(_Record):
+    """A checkpoint of a fine-tuning job (``ckp_...``), with the step it was taken at and its metrics."""
+
+    id: str
+    step: Optional[int] = None
+    metrics: Optional[dict[str, Any]] = None
+    created_at: Any = None
+
+
+@dataclass(frozen=True)
+class BatchJob(_Record):
+    """A batch job (``job_...``): ``status`` ``PENDING``, ``RUNNING``, ``COMPLETED``, ``FAILED`` or
+    ``CANCELLED``; a ``COMPLETED`` job can hold per-input failures."""
+
+    id: str
+    name: Optional[str] = None
+    pipeline_type: Optional[str] = None
+    pipeline_key: Optional[str] = None
+    pipeline_version: Optional[str] = None
+    status: Optional[str] = None
+    created_at: Optional[str] = None
+    started_at: Optional[str] = None
+    completed_at: Optional[str] = None
+    failed_at: Optional[str] = None
 
 
 class QueryParams(TypedDict, total=False):

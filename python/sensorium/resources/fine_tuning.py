@@ -1,0 +1,162 @@
+"""``client.fine_tuning.jobs``: fine-tuning jobs on ``/v0.6``, written once for both clients.
+
+Example::
+
+    from sensorium import fine_tuning as ft
+
+    job = client.fine_tuning.jobs.create("omega", name="pump states", method=ft.head(n_epochs=5),
+                                         training_files=[ft.n_shot("idle.csv", "idle")])
+    job = client.fine_tuning.jobs.wait(job.id, progress=True)      # JobFailedError if it failed
+    best = max(client.fine_tuning.jobs.checkpoints(job.id), key=lambda c: c.step or 0)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, query, segment
+from .._waiting import wait_for
+from ..errors import InvalidArgumentError, JobFailedError, SensoriumError
+from ..fine_tuning import check_job
+from ..types import AgentLog, Checkpoint, FineTuningEvent, FineTuningJob
+
+__all__ = ["FineTuning", "AsyncFineTuning"]
+
+
+def job_status(record: Any) -> str:
+    """A fine-tuning or batch status as the waiting loop reads it: ``SUCCEEDED`` (some
+    deployments) is ``COMPLETED``; ``CANCELLED`` is ``canceled``."""
+    status = (getattr(record, "status", None) or "").upper()
+    return {"COMPLETED": "completed", "SUCCEEDED": "completed", "FAILED": "failed", "CANCELLED": "canceled",
+            "CANCELED": "canceled"}.get(status, status.lower())
+
+
+def job_failure(record: Any, _logs: list[AgentLog], what: str) -> SensoriumError:
+    errors = [e.get("message") or e.get("code") or str(e) if isinstance(e, dict) else str(e)
+              for e in (getattr(record, "errors", None) or [])]
+    return JobFailedError(f"{what} failed: {'; '.join(errors) or '(no error given)'}", job=record, errors=errors)
+
+
+class FineTuningJobs(Resource):
+    """Fine-tuning jobs of your organization."""
+
+    def create(self, model: str, *, name: str, method: Any, training_files: Any, validation_files: Any = None,
+               suffix: Optional[str] = None, seed: Optional[int] = None, checkpoint_id: Optional[str] = None) -> Any:
+        """Starts a fine-tuning job of ``model`` (``newton`` or ``omega``). ``method`` and the files
+        come from ``sensorium.fine_tuning``; a method or file that does not fit the model is refused
+        before sending.
+
+        >>> client.fine_tuning.jobs.create("newton", name="tone", method=ft.lora(),  # doctest: +SKIP
+        ...                                training_files=[ft.plain("train.jsonl")])
+        """
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError("name: a fine-tuning job needs a name", argument="name")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise InvalidArgumentError(f"seed: is {seed!r}; it takes an integer", argument="seed")
+        body = check_job(model, method, training_files, validation_files)
+        body.update(query(name=name, suffix=suffix, seed=seed, checkpoint_id=checkpoint_id))
+        return self._call(Request("POST", "/fine_tuning/jobs", body=body, surface="fine_tuning",
+                                  cast=FineTuningJob.from_dict))
+
+    def list(self, *, limit: Optional[int] = None) -> Any:
+        """Every fine-tuning job, newest first, page by page."""
+        return self._list(ListRequest("/fine_tuning/jobs", FineTuningJob.from_dict, query(limit=limit), "fine_tuning"))
+
+    def _path(self, job_id: str, tail: str = "") -> str:
+        return f"/fine_tuning/jobs/{segment(job_id, 'job_id')}{tail}"
+
+    def get(self, job_id: str) -> Any:
+        """One job."""
+        return self._call(Request("GET", self._path(job_id), surface="fine_tuning", cast=FineTuningJob.from_dict))
+
+    def cancel(self, job_id: str) -> Any:
+        """Cancels a job (``CANCELLED``, not resumable); an invalid move is ``invalid_state_transition``."""
+        return self._call(Request("POST", self._path(job_id, "/cancel"), surface="fine_tuning",
+                                  cast=FineTuningJob.from_dict))
+
+    def pause(self, job_id: str) -> Any:
+        """Pauses a job gracefully: ``PAUSED`` may follow a moment later."""
+        return self._call(Request("POST", self._path(job_id, "/pause"), surface="fine_tuning",
+                                  cast=FineTuningJob.from_dict))
+
+    def resume(self, job_id: str) -> Any:
+        """Resumes a paused job."""
+        return self._call(Request("POST", self._path(job_id, "/resume"), surface="fine_tuning",
+                                  cast=FineTuningJob.from_dict))
+
+    def checkpoints(self, job_id: str) -> Any:
+        """The job's checkpoints, page by page."""
+        return self._list(ListRequest(self._path(job_id, "/checkpoints"), Checkpoint.from_dict, surface="fine_tuning"))
+
+    def events(self, job_id: str) -> Any:
+        """The job's events, newest first."""
+        return self._list(ListRequest(self._path(job_id, "/events"), FineTuningEvent.from_dict,
+                                      surface="fine_tuning"))
+
+    def logs(self, job_id: str, *, level: Optional[str] = None, q: Optional[str] = None,
+             limit: Optional[int] = None, before: Optional[str] = None) -> Any:
+        """All events, worker events included, newest first. ``level`` matches exactly; ``q``
+        searches message and type; ``limit`` is 1 to 100."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100):
+            raise InvalidArgumentError(f"limit: is {limit!r}; fine-tuning logs take 1 to 100", argument="limit")
+        return self._list(ListRequest(self._path(job_id, "/logs"), FineTuningEvent.from_dict,
+                                      query(level=level, q=q, limit=limit, before=before), "fine_tuning"))
+
+    def metrics(self, job_id: str) -> Any:
+        """The job's training metrics (a list of dicts, one per step and metric)."""
+        return self._drive(self._metrics(job_id))
+
+    def _metrics(self, job_id: str) -> Operation[list[dict[str, Any]]]:
+        rows: list[dict[str, Any]] = yield CollectList(ListRequest(self._path(job_id, "/metrics"), dict,
+                                                                   surface="fine_tuning"))
+        return rows
+
+    def checkpoint_options(self) -> Any:
+        """The checkpoints a new job may start from."""
+        return self._list(ListRequest("/fine_tuning/checkpoint_options", Checkpoint.from_dict, surface="fine_tuning"))
+
+    def wait(self, job_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
+        """Waits until the job ends and returns its final record (``COMPLETED`` or ``SUCCEEDED``
+        and ``CANCELLED`` end it); ``FAILED`` raises ``JobFailedError`` with the job and its errors."""
+        segment(job_id, "job_id")
+        return self._drive(wait_for(lambda: Request("GET", self._path(job_id), surface="fine_tuning",
+                                                    cast=FineTuningJob.from_dict),
+                                    None, timeout, progress, f"fine-tuning job {job_id}",
+                                    status_of=job_status, failure=job_failure))
+
+    def plot_metrics(self, job_id: str) -> Any:
+        """Draws the job's loss and metric curves over the steps with matplotlib (``pip install
+        matplotlib``) and returns the figure. Blocking client only."""
+        if self._runner.asynchronous:
+            raise InvalidArgumentError("plot_metrics: call it on sensorium.Client (it draws on this thread)",
+                                       argument="job_id")
+        try:
+            import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
+        except ImportError:
+            raise InvalidArgumentError("plot_metrics needs matplotlib (pip install matplotlib)",
+                                       argument="job_id") from None
+        series: dict[str, list[tuple[float, float]]] = {}
+        for row in self.metrics(job_id):
+            step = row.get("step")
+            for name, value in row.items():
+                if name != "step" and isinstance(value, (int, float)) and isinstance(step, (int, float)):
+                    series.setdefault(name, []).append((step, value))
+        figure, axis = plt.subplots()
+        for name, points in sorted(series.items()):
+            points.sort()
+            axis.plot([p[0] for p in points], [p[1] for p in points], label=name)
+        axis.set_xlabel("step")
+        axis.set_title(f"fine-tuning job {job_id}")
+        axis.legend()
+        return figure
+
+
+class FineTuning:
+    """``client.fine_tuning``: ``jobs``."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.jobs = FineTuningJobs(runner)
+
+
+class AsyncFineTuning(FineTuning):
+    """``async_client.fine_tuning``."""

@@ -1,0 +1,148 @@
+"""The fine-tuning client and ``client.jobs`` on their own (the emulator's fine-tuning surface is
+not built yet): the method and file helpers and the shapes refused locally, the `/v0.6` paths,
+``wait`` with both spellings of finished and a failed job, and literal records from the spec's
+table."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+import sensorium
+from _fake_server import FakeServer, response
+from sensorium import fine_tuning as ft
+from sensorium.errors import InvalidArgumentError, JobFailedError
+from sensorium.types import BatchJob, FineTuningJob
+
+JOB = {"object": "fine_tuning.job", "id": "ftj_1", "name": "tone", "model": "newton", "created_at": 1764000000,
+       "org_id": "org_1", "status": "RUNNING", "outcome": None, "training_files": ["t.jsonl"], "validation_files": [],
+       "errors": [], "checkpoint_id": None, "fine_tuned_model": None, "finished_at": None, "seed": 7,
+       "user_provided_suffix": "x"}
+
+
+@pytest.fixture(params=["sync", "async"])
+def call(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    def run(base_url: str, operation: Callable[[Any], Any]) -> Any:
+        if request.param == "sync":
+            with sensorium.Client(api_key="sk-test", base_url=base_url, max_retries=0) as client:
+                result = operation(client)
+                return list(result) if isinstance(result, sensorium.SyncPager) else result
+
+        async def main() -> Any:
+            async with sensorium.AsyncClient(api_key="sk-test", base_url=base_url, max_retries=0) as client:
+                result = operation(client)
+                if isinstance(result, sensorium.AsyncPager):
+                    return [item async for item in result]
+                return await result
+
+        return asyncio.run(main())
+
+    return run
+
+
+def routes(table: dict[str, Callable[[], Any]]) -> Callable[[bytes], list[Any]]:
+    def script(head: bytes) -> list[Any]:
+        method, target = head.split(b"\r\n")[0].decode().split(" ")[:2]
+        answer = table.get(f"{method} {urlsplit(target).path}")
+        body = answer() if answer else {"code": "not_found", "message": "?", "error_uid": "err-1"}
+        return [response(200 if answer else 404, json.dumps(body).encode())]
+
+    return script
+
+
+def test_helpers_build_the_spec_shapes():
+    assert ft.lora(batch_size=8, learning_rate_multiplier=0.5, n_epochs=3) == {
+        "type": "lora", "lora": {"hyperparameters": {"batch_size": 8, "learning_rate_multiplier": 0.5, "n_epochs": 3}}}
+    assert ft.head(n_epochs=5, window_size=512, step_size=256, data_columns=["a", "b"]) == {
+        "type": "head", "head": {"hyperparameters": {"batch_size": "auto", "n_epochs": 5},
+                                 "reader": {"data_columns": ["a", "b"], "step_size": 256, "window_size": 512}}}
+    knn = ft.knn(n_neighbors=5, metric="cosine", normalize_embeddings=True)
+    assert knn["type"] == "knn" and knn["knn"]["hyperparameters"]["n_neighbors"] == 5
+    assert ft.plain("t.jsonl", format="jsonl") == {"type": "plain", "file_id": "t.jsonl", "format": "jsonl"}
+    assert ft.n_shot("idle.csv", "idle") == {"type": "n_shot", "file_id": "idle.csv", "label": "idle"}
+
+
+@pytest.mark.parametrize("build, argument", [
+    (lambda: ft.lora(n_epochs=0), "n_epochs"),
+    (lambda: ft.lora(batch_size=2.5), "batch_size"),
+    (lambda: ft.head(data_columns="a,b"), "data_columns"),
+    (lambda: ft.knn(normalize_embeddings="yes"), "normalize_embeddings"),
+    (lambda: ft.n_shot("idle.csv", ""), "label"),
+    (lambda: ft.plain(""), "file_id"),
+])
+def test_helpers_refuse_bad_values(build, argument):
+    with pytest.raises(InvalidArgumentError) as info:
+        build()
+    assert info.value.argument == argument
+
+
+@pytest.mark.parametrize("model, method, files, argument, needle", [
+    ("newton", ft.head(), [ft.plain("t.jsonl")], "method", "lora"),
+    ("omega", ft.lora(), [ft.n_shot("a.csv", "a")], "method", "head"),
+    ("omega", ft.head(), [ft.plain("t.jsonl")], "training_files", "n_shot"),
+    ("newton", ft.lora(), ["t.jsonl"], "training_files", "plain"),
+    ("newton", ft.lora(), [], "training_files", "at least one"),
+])
+def test_mismatched_shapes_are_refused_before_sending(emu, model, method, files, argument, needle):
+    with emu.client() as client:
+        with pytest.raises(InvalidArgumentError) as info:
+            client.fine_tuning.jobs.create(model, name="x", method=method, training_files=files)
+    assert info.value.argument == argument and needle in str(info.value)
+    assert emu.requests == []
+
+
+def test_create_goes_to_v06_with_the_spec_body(call):
+    with FakeServer(routes({"POST /v0.6/fine_tuning/jobs": lambda: JOB})) as server:
+        job = call(server.base_url, lambda c: c.fine_tuning.jobs.create(
+            "newton", name="tone", method=ft.lora(n_epochs=2), training_files=[ft.plain("t.jsonl")], seed=7,
+            suffix="x"))
+        sent = json.loads(server.bodies[0])
+    assert isinstance(job, FineTuningJob) and job.seed == 7
+    assert sent == {"model": "newton", "name": "tone", "suffix": "x", "seed": 7, "method": ft.lora(n_epochs=2),
+                    "training_files": [{"type": "plain", "file_id": "t.jsonl"}]}
+
+
+@pytest.mark.parametrize("finished", ["COMPLETED", "SUCCEEDED", "CANCELLED"])
+def test_wait_ends_on_either_spelling(call, finished):
+    polls = iter([{**JOB, "status": "PENDING"}, {**JOB, "status": "RUNNING"}, {**JOB, "status": finished}])
+    with FakeServer(routes({"GET /v0.6/fine_tuning/jobs/ftj_1": lambda: next(polls)})) as server:
+        job = call(server.base_url, lambda c: c.fine_tuning.jobs.wait("ftj_1", timeout=30))
+    assert job.status == finished and job.is_finished
+
+
+def test_a_failed_job_raises_with_its_errors(call):
+    failed = {**JOB, "status": "FAILED", "errors": [{"code": "oom", "message": "out of memory", "error_uid": "err-2"}]}
+    with FakeServer(routes({"GET /v0.6/fine_tuning/jobs/ftj_1": lambda: failed})) as server:
+        with pytest.raises(JobFailedError) as info:
+            call(server.base_url, lambda c: c.fine_tuning.jobs.wait("ftj_1"))
+    assert info.value.errors == ["out of memory"] and info.value.job.id == "ftj_1" and "out of memory" in str(info.value)
+
+
+def test_logs_filters_and_limit(call):
+    page = {"object": "list", "data": [{"id": "ev_2", "created_at": 2, "level": "INFO", "type": "step", "index": 0,
+                                        "message": "loss 0.3"}], "has_more": False}
+    with FakeServer(routes({"GET /v0.6/fine_tuning/jobs/ftj_1/logs": lambda: page})) as server:
+        logs = call(server.base_url, lambda c: c.fine_tuning.jobs.logs("ftj_1", level="INFO", q="loss"))
+        query = parse_qs(urlsplit(server.requests[0].split(b"\r\n")[0].decode().split(" ")[1]).query)
+    assert [e.message for e in logs] == ["loss 0.3"] and query == {"level": ["INFO"], "q": ["loss"]}
+    with sensorium.Client(api_key="k", base_url="http://127.0.0.1:9") as client:
+        with pytest.raises(InvalidArgumentError):
+            client.fine_tuning.jobs.logs("ftj_1", limit=101)
+
+
+def test_jobs_list_types_each_kind(call):
+    page = {"data": [JOB, {"id": "job_1", "name": "b", "pipeline_type": "batch", "status": "PAUSED"}],
+            "has_more": False, "next_cursor": None}
+    with FakeServer(routes({"GET /v0.5/jobs": lambda: page})) as server:
+        jobs = call(server.base_url, lambda c: c.jobs.list(status="PAUSED"))
+    assert [type(j) for j in jobs] == [FineTuningJob, BatchJob] and jobs[1].status == "PAUSED"
+
+
+def test_fine_tuning_job_record_from_the_spec_table():
+    job = FineTuningJob.from_dict(dict(JOB, status="MADE_UP_STATUS"))
+    assert job.status == "MADE_UP_STATUS" and not job.is_finished and job.outcome is None
+    assert job.to_dict()["fine_tuned_model"] is None
