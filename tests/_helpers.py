@@ -56,3 +56,26 @@ def write(tmp_path: Path, name: str, size: int) -> tuple[Path, str]:
     path = tmp_path / name
     path.write_bytes(data)
     return path, hashlib.sha256(data).hexdigest()
+
+
+def run_on(kind: str, operation: Any, **client_options: Any) -> Any:
+    """Runs ``operation(client)`` on a ``sensorium.Client`` (``kind == "sync"``) or, awaited, on an
+    ``AsyncClient`` built with ``client_options``; a pager comes back as the list of its items. One
+    test body then covers both clients (with the ``client_kind`` fixture)."""
+    import asyncio
+
+    import sensorium
+
+    if kind == "sync":
+        with sensorium.Client(**client_options) as client:
+            result = operation(client)
+            return list(result) if isinstance(result, sensorium.SyncPager) else result
+
+    async def main() -> Any:
+        async with sensorium.AsyncClient(**client_options) as client:
+            result = operation(client)
+            if isinstance(result, sensorium.AsyncPager):
+                return [item async for item in result]
+            return await result
+
+    return asyncio.run(main())

@@ -34,3 +34,9 @@ def _isolated_upload_records(tmp_path_factory, monkeypatch):
     """Each test keeps its own record of unfinished uploads (not the user's ~/.cache); child
     processes a test starts inherit it."""
     monkeypatch.setenv("SENSORIUM_CACHE_DIR", str(tmp_path_factory.mktemp("sensorium-cache")))
+
+
+@pytest.fixture(params=["sync", "async"])
+def client_kind(request):
+    """"sync" or "async": with ``_helpers.run_on``, one test covers both clients."""
+    return request.param

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import pytest
 
 import sensorium
+from _helpers import run_on
 from sensorium.errors import (
     AgentRunError,
     BadRequestError,
@@ -47,27 +48,11 @@ def agents_emu():
         yield emu
 
 
-@pytest.fixture(params=["sync", "async"])
-def run(request: pytest.FixtureRequest, agents_emu: Emulator) -> Callable[..., Any]:
-    """``run(lambda client: ...)``: the same steps on a ``Client`` or an ``AsyncClient``. The
-    operation may return a value, an awaitable (async) or a pager (collected into a list)."""
-
-    def go(operation: Callable[[Any], Any], **options: Any) -> Any:
-        if request.param == "sync":
-            with agents_emu.client(**options) as client:
-                result = operation(client)
-                return list(result) if isinstance(result, sensorium.pagination.SyncPager) else result
-
-        async def main() -> Any:
-            async with agents_emu.async_client(**options) as client:
-                result = operation(client)
-                if isinstance(result, sensorium.pagination.AsyncPager):
-                    return [item async for item in result]
-                return await result
-
-        return asyncio.run(main())
-
-    return go
+@pytest.fixture
+def run(client_kind: str, agents_emu: Emulator) -> Callable[..., Any]:
+    """``run(lambda client: ...)``: the same steps on a ``Client`` or an ``AsyncClient``."""
+    return lambda operation, **options: run_on(
+        client_kind, operation, **{"api_key": agents_emu.api_key, "base_url": agents_emu.base_url, **options})
 
 
 def _upload(emu: Emulator, name: str = "line3.csv", text: str = CSV) -> str:

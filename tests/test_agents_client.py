@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 import sensorium
+from _helpers import run_on
 from _fake_server import FakeServer, response
 from sensorium.errors import (
     AgentRunError,
@@ -28,24 +29,11 @@ AGENT = {"id": "agt_1", "name": "b", "bundle_id": "bnd_1", "status": "running", 
          "job_id": "job_1", "started_at": None, "completed_at": None, "error": None, "brand_new_field": 7}
 
 
-@pytest.fixture(params=["sync", "async"])
-def call(request: pytest.FixtureRequest) -> Callable[..., Any]:
+@pytest.fixture
+def call(client_kind: str) -> Callable[..., Any]:
     """``call(base_url, lambda client: ...)`` on a ``Client`` or, awaited, an ``AsyncClient``."""
-
-    def run(base_url: str, operation: Callable[[Any], Any], **options: Any) -> Any:
-        options.setdefault("api_key", "sk-test")
-        options.setdefault("max_retries", 0)
-        if request.param == "sync":
-            with sensorium.Client(base_url=base_url, **options) as client:
-                return operation(client)
-
-        async def main() -> Any:
-            async with sensorium.AsyncClient(base_url=base_url, **options) as client:
-                return await operation(client)
-
-        return asyncio.run(main())
-
-    return run
+    return lambda base_url, operation, **options: run_on(
+        client_kind, operation, **{"api_key": "sk-test", "max_retries": 0, "base_url": base_url, **options})
 
 
 def routes(table: dict[str, Callable[[], bytes]]) -> Callable[[bytes], list[Any]]:

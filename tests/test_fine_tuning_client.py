@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 import sensorium
+from _helpers import run_on
 from _fake_server import FakeServer, response
 from sensorium import fine_tuning as ft
 from sensorium.errors import InvalidArgumentError, JobFailedError
@@ -24,24 +25,10 @@ JOB = {"object": "fine_tuning.job", "id": "ftj_1", "name": "tone", "model": "new
        "user_provided_suffix": "x"}
 
 
-@pytest.fixture(params=["sync", "async"])
-def call(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    def run(base_url: str, operation: Callable[[Any], Any]) -> Any:
-        if request.param == "sync":
-            with sensorium.Client(api_key="sk-test", base_url=base_url, max_retries=0) as client:
-                result = operation(client)
-                return list(result) if isinstance(result, sensorium.SyncPager) else result
-
-        async def main() -> Any:
-            async with sensorium.AsyncClient(api_key="sk-test", base_url=base_url, max_retries=0) as client:
-                result = operation(client)
-                if isinstance(result, sensorium.AsyncPager):
-                    return [item async for item in result]
-                return await result
-
-        return asyncio.run(main())
-
-    return run
+@pytest.fixture
+def call(client_kind: str) -> Callable[..., Any]:
+    return lambda base_url, operation: run_on(client_kind, operation, api_key="sk-test", base_url=base_url,
+                                              max_retries=0)
 
 
 def routes(table: dict[str, Callable[[], Any]]) -> Callable[[bytes], list[Any]]:

@@ -16,7 +16,7 @@ import pytest
 
 import sensorium
 from _fake_server import FakeServer, response
-from _helpers import ENCODER, REASONER
+from _helpers import ENCODER, REASONER, run_on
 from sensorium import _core
 from sensorium.errors import (
     APIResponseValidationError,
@@ -32,25 +32,11 @@ from sensorium.errors import (
 KEY = "sk-SECRET-123"
 
 
-@pytest.fixture(params=["sync", "async"])
-def call(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    """``call(base_url, lambda client: client.query(...), **client_options)``: runs the same
-    operation on a ``Client`` or, awaited, on an ``AsyncClient``."""
-
-    def run(base_url: str, operation: Callable[[Any], Any], **options: Any) -> Any:
-        options.setdefault("api_key", KEY)
-        if request.param == "sync":
-            with sensorium.Client(base_url=base_url, **options) as client:
-                return operation(client)
-
-        async def main() -> Any:
-            async with sensorium.AsyncClient(base_url=base_url, **options) as client:
-                result: Awaitable[Any] = operation(client)
-                return await result
-
-        return asyncio.run(main())
-
-    return run
+@pytest.fixture
+def call(client_kind: str) -> Callable[..., Any]:
+    """``call(base_url, lambda client: client.query(...), **client_options)`` on either client."""
+    return lambda base_url, operation, **options: run_on(
+        client_kind, operation, **{"api_key": KEY, "base_url": base_url, **options})
 
 
 def answer(status: int, body: bytes, headers: dict[str, str] | None = None) -> Callable[[bytes], list[Any]]:

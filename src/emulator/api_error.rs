@@ -22,6 +22,8 @@ pub(crate) struct ApiError {
     pub retry_after: Option<f64>,
     /// Answer `{detail: message}` instead of the envelope (legacy 401 of `/query`).
     pub legacy_detail: bool,
+    /// Answer the error object alone, without the envelope (fine-tuning, some batch errors).
+    pub bare: bool,
 }
 
 impl ApiError {
@@ -33,6 +35,7 @@ impl ApiError {
             suggestion: None,
             retry_after: None,
             legacy_detail: false,
+            bare: false,
         }
     }
 
@@ -80,6 +83,12 @@ impl ApiError {
         self
     }
 
+    /// The same error as a bare object (`{code, message, suggestion, error_uid}`).
+    pub fn bare(mut self) -> Self {
+        self.bare = true;
+        self
+    }
+
     pub fn with_retry_after(mut self, seconds: Option<f64>) -> Self {
         self.retry_after = seconds;
         self
@@ -102,8 +111,11 @@ impl IntoResponse for ApiError {
         } else {
             let mut object = ErrorObject::new(&self.code, self.message).with_uid(error_uid());
             object.suggestion = self.suggestion;
-            let body = ErrorEnvelope { errors: vec![object] };
-            (self.status, Json(body)).into_response()
+            if self.bare {
+                (self.status, Json(object)).into_response()
+            } else {
+                (self.status, Json(ErrorEnvelope { errors: vec![object] })).into_response()
+            }
         };
         if let Some(seconds) = self.retry_after {
             if let Ok(value) = HeaderValue::from_str(&retry_after_value(seconds)) {

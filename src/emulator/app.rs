@@ -13,7 +13,7 @@ use super::api_error::ApiError;
 use super::files::direct::{routes as direct, storage};
 use super::files::{routes as files, upload};
 use super::state::Shared;
-use super::{agents, control, models, query};
+use super::{agents, control, fine_tuning, models, query};
 
 pub const API_PREFIX: &str = "/v0.5";
 
@@ -34,11 +34,13 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/files/uploads/{upload_id}/abort", post(direct::abort))
         .route("/models", get(models::list))
         .nest("/agents", agents::routes::router())
+        .route("/jobs", get(fine_tuning::all_jobs))
         // Uploads and /query enforce their own limits with the spec's error shapes.
         .layer(DefaultBodyLimit::disable());
     Router::new()
         .route("/", get(about))
         .nest(API_PREFIX, api)
+        .nest("/v0.6", fine_tuning::router())
         // Some deployments mount agents without the version path.
         .nest("/agents", agents::routes::router())
         // Part URLs: the emulator is also the object store the platform presigns URLs for.

@@ -11,6 +11,7 @@ mod auth;
 mod catalogue;
 mod control;
 mod faults;
+mod fine_tuning;
 mod jobs;
 mod files;
 mod models;

@@ -10,6 +10,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
 use super::agents::Agents;
+use super::fine_tuning::FineTuningStore;
 use super::auth::{KeyInfo, Role};
 use super::jobs::Executor;
 use super::paging::DEFAULT_LIMIT;
@@ -50,6 +51,7 @@ pub(crate) struct Shared {
     /// The one executor every job kind runs on.
     pub jobs: Arc<Executor>,
     pub agents: Agents,
+    pub fine_tuning: FineTuningStore,
     /// Default page size of every list (`Emulator(page_size=...)`; the platform's 100).
     pub page_size: usize,
 }
@@ -79,6 +81,7 @@ impl Shared {
             cursor_secret: rand::random(),
             jobs: Arc::new(Executor::new(opts.work_duration, shutdown.clone())),
             agents: Agents::new(),
+            fine_tuning: FineTuningStore::default(),
             page_size: opts.page_size.unwrap_or(DEFAULT_LIMIT),
             shutdown,
         }

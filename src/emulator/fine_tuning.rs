@@ -1,0 +1,426 @@
+//! Fine-tuning on `/v0.6`: jobs at the detailed paths (`/fine_tuning/jobs/...`) and at the
+//! index's hyphenated names (`/fine-tuning/create-job`, ...), the job state table as data, and
+//! the job kind the shared executor runs (`PENDING` -> `ADMITTED` -> `RUNNING` -> `COMPLETED`,
+//! writing events, logs, checkpoints and a falling loss). Errors are bare objects, as the spec
+//! says of fine-tuning.
+//!
+//! Choices where the spec is silent: a refused move answers 409 `invalid_state_transition`;
+//! the hyphenated index takes `job_id` as a query parameter (reads) or in the JSON body (moves);
+//! metrics are `{data: [{step, loss, accuracy}]}`.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use parking_lot::Mutex;
+use serde_json::{json, Map, Value};
+
+use super::agents::store::type_id;
+use super::api_error::ApiError;
+use super::auth;
+use super::jobs::{Control, Job};
+use super::paging::{page, Params};
+use super::state::Shared;
+
+/// Base models the platform tunes (the spec: `newton`, the reasoning model; `omega`, the
+/// encoder) and the methods each takes.
+const MODELS: &[(&str, &[&str], &str)] = &[("newton", &["lora"], "plain"), ("omega", &["head", "knn"], "n_shot")];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Move {
+    Admit,
+    Start,
+    Complete,
+    Fail,
+    Pause,
+    Resume,
+    Cancel,
+}
+
+/// `(from, move) -> to`. Cancel from every non-final state (the spec: "a cancellable state");
+/// pause only while running ("a graceful, resumable stop"), resume only from paused.
+const TABLE: &[(&str, Move, &str)] = &[
+    ("PENDING", Move::Admit, "ADMITTED"),
+    ("ADMITTED", Move::Start, "RUNNING"),
+    ("RUNNING", Move::Complete, "COMPLETED"),
+    ("RUNNING", Move::Fail, "FAILED"),
+    ("RUNNING", Move::Pause, "PAUSED"),
+    ("PAUSED", Move::Resume, "RUNNING"),
+    ("PENDING", Move::Cancel, "CANCELLED"),
+    ("ADMITTED", Move::Cancel, "CANCELLED"),
+    ("RUNNING", Move::Cancel, "CANCELLED"),
+    ("PAUSED", Move::Cancel, "CANCELLED"),
+];
+
+fn transition(from: &str, action: Move) -> Option<&'static str> {
+    TABLE.iter().find(|(f, m, _)| *f == from && *m == action).map(|(_, _, to)| *to)
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+struct JobRec {
+    org: String,
+    json: Value,
+    events: Vec<Value>,
+    checkpoints: Vec<Value>,
+    metrics: Vec<Value>,
+}
+
+impl JobRec {
+    fn status(&self) -> String {
+        self.json["status"].as_str().unwrap_or("").to_string()
+    }
+
+    fn event(&mut self, level: &str, kind: &str, message: String, index: Option<u64>) {
+        let n = self.events.len() + 1;
+        self.events.push(json!({"id": format!("ftevt_{n:06}"), "created_at": unix_now(), "level": level, "type": kind,
+                                "index": index, "message": message}));
+    }
+
+    /// Applies `action` if the table allows it.
+    fn apply(&mut self, action: Move) -> Result<&'static str, ApiError> {
+        let from = self.status();
+        let to = transition(&from, action).ok_or_else(|| {
+            ApiError::new(StatusCode::CONFLICT, "invalid_state_transition", format!("A job that is {from} cannot be moved that way."))
+                .bare()
+        })?;
+        self.json["status"] = json!(to);
+        Ok(to)
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct FineTuningStore {
+    jobs: Mutex<Vec<JobRec>>,
+}
+
+pub(crate) fn router() -> Router<Arc<Shared>> {
+    Router::new()
+        .route("/fine_tuning/jobs", post(create).get(list))
+        .route("/fine_tuning/jobs/{id}", get(read))
+        .route("/fine_tuning/jobs/{id}/cancel", post(cancel))
+        .route("/fine_tuning/jobs/{id}/pause", post(pause))
+        .route("/fine_tuning/jobs/{id}/resume", post(resume))
+        .route("/fine_tuning/jobs/{id}/checkpoints", get(checkpoints))
+        .route("/fine_tuning/jobs/{id}/events", get(events))
+        .route("/fine_tuning/jobs/{id}/logs", get(logs))
+        .route("/fine_tuning/jobs/{id}/metrics", get(metrics))
+        .route("/fine_tuning/checkpoint_options", get(checkpoint_options))
+        // The index's names for the same operations.
+        .route("/fine-tuning/create-job", post(create))
+        .route("/fine-tuning/list-jobs", get(list))
+        .route("/fine-tuning/get-job", get(index_read))
+        .route("/fine-tuning/cancel-job", post(index_cancel))
+        .route("/fine-tuning/pause-job", post(index_pause))
+        .route("/fine-tuning/resume-job", post(index_resume))
+        .route("/fine-tuning/list-job-checkpoints", get(index_checkpoints))
+        .route("/fine-tuning/list-job-events", get(index_events))
+        .route("/fine-tuning/list-job-logs", get(index_logs))
+        .route("/fine-tuning/list-job-metrics", get(index_metrics))
+        .route("/fine-tuning/list-checkpoint-options", get(checkpoint_options))
+}
+
+type S = State<Arc<Shared>>;
+type Id = Path<String>;
+
+async fn cancel(s: S, h: HeaderMap, p: Id) -> Answer { moved(s, h, p, Move::Cancel).await }
+async fn pause(s: S, h: HeaderMap, p: Id) -> Answer { moved(s, h, p, Move::Pause).await }
+async fn resume(s: S, h: HeaderMap, p: Id) -> Answer { moved(s, h, p, Move::Resume).await }
+async fn checkpoints(s: S, h: HeaderMap, p: Id, q: RawQuery) -> Answer { feed(s, h, p, q, Feed::Checkpoints).await }
+async fn events(s: S, h: HeaderMap, p: Id, q: RawQuery) -> Answer { feed(s, h, p, q, Feed::Events).await }
+async fn logs(s: S, h: HeaderMap, p: Id, q: RawQuery) -> Answer { feed(s, h, p, q, Feed::Logs).await }
+async fn metrics(s: S, h: HeaderMap, p: Id, q: RawQuery) -> Answer { feed(s, h, p, q, Feed::Metrics).await }
+async fn index_read(s: S, h: HeaderMap, q: RawQuery) -> Answer { read(s, h, Path(job_id_param(&q)?)).await }
+async fn index_cancel(s: S, h: HeaderMap, q: RawQuery, b: axum::body::Bytes) -> Answer { index_move(s, h, q, b, Move::Cancel).await }
+async fn index_pause(s: S, h: HeaderMap, q: RawQuery, b: axum::body::Bytes) -> Answer { index_move(s, h, q, b, Move::Pause).await }
+async fn index_resume(s: S, h: HeaderMap, q: RawQuery, b: axum::body::Bytes) -> Answer { index_move(s, h, q, b, Move::Resume).await }
+async fn index_checkpoints(s: S, h: HeaderMap, q: RawQuery) -> Answer { index_feed(s, h, q, Feed::Checkpoints).await }
+async fn index_events(s: S, h: HeaderMap, q: RawQuery) -> Answer { index_feed(s, h, q, Feed::Events).await }
+async fn index_logs(s: S, h: HeaderMap, q: RawQuery) -> Answer { index_feed(s, h, q, Feed::Logs).await }
+async fn index_metrics(s: S, h: HeaderMap, q: RawQuery) -> Answer { index_feed(s, h, q, Feed::Metrics).await }
+
+type Answer = Result<Response, ApiError>;
+
+fn caller(shared: &Shared, headers: &HeaderMap) -> Result<String, ApiError> {
+    auth::org_of(shared, headers).ok_or_else(|| ApiError::unauthorized_envelope().bare())
+}
+
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::invalid_request(message).bare()
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("Fine-tuning job {id:?} not found.")).bare()
+}
+
+fn job_id_param(q: &RawQuery) -> Result<String, ApiError> {
+    Params::parse(q.0.as_deref()).get("job_id").map(str::to_string).ok_or_else(|| invalid("Query parameter 'job_id' is required."))
+}
+
+/// Checks a create body: model (501 when not tunable), name, method and files that fit the model.
+fn check(body: &Map<String, Value>) -> Result<(), ApiError> {
+    let model = body.get("model").and_then(Value::as_str).ok_or_else(|| invalid("Field 'model' is required."))?;
+    let Some((_, methods, file_type)) = MODELS.iter().find(|(m, _, _)| *m == model.to_ascii_lowercase()) else {
+        return Err(ApiError::new(StatusCode::NOT_IMPLEMENTED, "model_not_supported",
+                                  format!("Model {model:?} cannot be fine-tuned; use newton or omega.")).bare());
+    };
+    if !body.get("name").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) {
+        return Err(invalid("Field 'name' is required."));
+    }
+    let kind = body.get("method").and_then(|m| m.get("type")).and_then(Value::as_str).unwrap_or("");
+    if !methods.contains(&kind) {
+        return Err(invalid(format!("Model {model} is tuned with method {}, not {kind:?}.", methods.join(" or "))));
+    }
+    for field in ["training_files", "validation_files"] {
+        let files = match body.get(field) {
+            Some(Value::Array(items)) => items.clone(),
+            None | Some(Value::Null) if field == "validation_files" => Vec::new(),
+            _ => return Err(invalid(format!("Field '{field}' must be a list of files."))),
+        };
+        if field == "training_files" && files.is_empty() {
+            return Err(invalid("training_files needs at least one file."));
+        }
+        for file in &files {
+            if file.get("type").and_then(Value::as_str) != Some(file_type) || !file.get("file_id").is_some_and(Value::is_string) {
+                return Err(invalid(format!("Each of {field} must be {{type: {file_type}, file_id, ...}} for {model}.")));
+            }
+            if *file_type == "n_shot" && !file.get("label").is_some_and(Value::is_string) {
+                return Err(invalid(format!("An n_shot file of {field} needs its label.")));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn object(raw: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(raw) {
+        Ok(Value::Object(map)) => Ok(map),
+        _ if raw.iter().all(u8::is_ascii_whitespace) => Ok(Map::new()),
+        _ => Err(invalid("The body must be a JSON object.")),
+    }
+}
+
+async fn create(State(shared): State<Arc<Shared>>, headers: HeaderMap, raw: axum::body::Bytes) -> Answer {
+    let org = caller(&shared, &headers)?;
+    let body = object(&raw)?;
+    check(&body)?;
+    let file_ids = |field: &str| -> Vec<Value> {
+        body.get(field).and_then(Value::as_array).map(|a| a.iter().filter_map(|f| f.get("file_id").cloned()).collect()).unwrap_or_default()
+    };
+    let job = json!({
+        "object": "fine_tuning.job", "id": type_id("ftj"), "name": body["name"], "model": body["model"],
+        "created_at": unix_now(), "org_id": org, "status": "PENDING", "outcome": null,
+        "training_files": file_ids("training_files"), "validation_files": file_ids("validation_files"),
+        "errors": [], "checkpoint_id": body.get("checkpoint_id").cloned().unwrap_or(Value::Null),
+        "fine_tuned_model": null, "finished_at": null,
+        "seed": body.get("seed").and_then(Value::as_u64).unwrap_or_else(|| rand::random::<u32>().into()),
+        "user_provided_suffix": body.get("suffix").and_then(Value::as_str).unwrap_or(""),
+        "method": body.get("method"),
+    });
+    let id = job["id"].as_str().unwrap_or_default().to_string();
+    let mut rec = JobRec { org, json: job.clone(), events: Vec::new(), checkpoints: Vec::new(), metrics: Vec::new() };
+    rec.event("INFO", "job.created", "Job created.".into(), None);
+    shared.fine_tuning.jobs.lock().push(rec);
+    shared.jobs.spawn("fine_tuning", Arc::new(TuningJob { shared: shared.clone(), id }), None);
+    Ok((StatusCode::CREATED, Json(job)).into_response())
+}
+
+async fn list(State(shared): State<Arc<Shared>>, headers: HeaderMap, RawQuery(q): RawQuery) -> Answer {
+    let org = caller(&shared, &headers)?;
+    let params = Params::parse(q.as_deref());
+    let jobs = shared.fine_tuning.jobs.lock();
+    let items = jobs.iter().rev().filter(|j| j.org == org).map(|j| (j.json["id"].as_str().unwrap_or_default().to_string(), j.json.clone())).collect();
+    let mut answer = page(items, &params, shared.page_size).map_err(ApiError::bare)?;
+    answer["object"] = json!("list");
+    Ok(Json(answer).into_response())
+}
+
+fn with_job<T>(shared: &Shared, org: &str, id: &str, f: impl FnOnce(&mut JobRec) -> Result<T, ApiError>) -> Result<T, ApiError> {
+    let mut jobs = shared.fine_tuning.jobs.lock();
+    let job = jobs.iter_mut().find(|j| j.org == org && j.json["id"] == json!(id)).ok_or_else(|| not_found(id))?;
+    f(job)
+}
+
+async fn read(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(id): Path<String>) -> Answer {
+    let org = caller(&shared, &headers)?;
+    Ok(Json(with_job(&shared, &org, &id, |j| Ok(j.json.clone()))?).into_response())
+}
+
+async fn moved(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(id): Path<String>, action: Move) -> Answer {
+    let org = caller(&shared, &headers)?;
+    let job = with_job(&shared, &org, &id, |j| {
+        let to = j.apply(action)?;
+        if to == "CANCELLED" {
+            // Killed without a final checkpoint; not resumable; outcome stays null.
+            j.json["finished_at"] = json!(unix_now());
+        }
+        j.event("INFO", &format!("job.{}", to.to_ascii_lowercase()), format!("Job {}.", to.to_ascii_lowercase()), None);
+        Ok(j.json.clone())
+    })?;
+    Ok(Json(job).into_response())
+}
+
+async fn index_move(state: State<Arc<Shared>>, headers: HeaderMap, q: RawQuery, raw: axum::body::Bytes, action: Move) -> Answer {
+    let from_body = object(&raw)?.get("job_id").and_then(Value::as_str).map(str::to_string);
+    let id = match from_body {
+        Some(id) => id,
+        None => job_id_param(&q)?,
+    };
+    moved(state, headers, Path(id), action).await
+}
+
+#[derive(Clone, Copy)]
+enum Feed {
+    Checkpoints,
+    Events,
+    Logs,
+    Metrics,
+}
+
+async fn feed(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(id): Path<String>, RawQuery(q): RawQuery, which: Feed) -> Answer {
+    let org = caller(&shared, &headers)?;
+    let params = Params::parse(q.as_deref());
+    let mut default = shared.page_size;
+    if matches!(which, Feed::Logs) {
+        // The spec: logs `limit` is 1 to 100.
+        if params.get("limit").and_then(|l| l.parse::<usize>().ok()).is_some_and(|l| !(1..=100).contains(&l)) {
+            return Err(invalid("Query parameter 'limit' of fine-tuning logs must be from 1 to 100."));
+        }
+        default = default.min(100);
+    }
+    let rows = with_job(&shared, &org, &id, |j| Ok(match which {
+        Feed::Checkpoints => j.checkpoints.clone(),
+        Feed::Metrics => j.metrics.clone(),
+        Feed::Events | Feed::Logs => j.events.iter().rev().cloned().collect(),
+    }))?;
+    let level = params.get("level");
+    let search = params.get("q").map(str::to_lowercase);
+    let items = rows.into_iter().filter(|r| {
+        let field = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        level.is_none_or(|l| field("level") == l)
+            && search.as_ref().is_none_or(|s| field("message").to_lowercase().contains(s) || field("type").to_lowercase().contains(s))
+    }).enumerate().map(|(i, r)| (r.get("id").and_then(Value::as_str).map_or_else(|| format!("row_{i}"), str::to_string), r)).collect();
+    let mut answer = page(items, &params, default).map_err(ApiError::bare)?;
+    answer["object"] = json!("list");
+    Ok(Json(answer).into_response())
+}
+
+async fn index_feed(state: State<Arc<Shared>>, headers: HeaderMap, q: RawQuery, which: Feed) -> Answer {
+    let id = job_id_param(&q)?;
+    feed(state, headers, Path(id), q, which).await
+}
+
+async fn checkpoint_options(State(shared): State<Arc<Shared>>, headers: HeaderMap, RawQuery(q): RawQuery) -> Answer {
+    let org = caller(&shared, &headers)?;
+    let jobs = shared.fine_tuning.jobs.lock();
+    let items = jobs.iter().filter(|j| j.org == org).flat_map(|j| j.checkpoints.iter().cloned())
+        .map(|c| (c["id"].as_str().unwrap_or_default().to_string(), c)).collect();
+    let mut answer = page(items, &Params::parse(q.as_deref()), shared.page_size).map_err(ApiError::bare)?;
+    answer["object"] = json!("list");
+    Ok(Json(answer).into_response())
+}
+
+/// A fine-tuning job on the shared executor.
+struct TuningJob {
+    shared: Arc<Shared>,
+    id: String,
+}
+
+impl TuningJob {
+    fn with<T>(&self, f: impl FnOnce(&mut JobRec) -> T) -> Option<T> {
+        let mut jobs = self.shared.fine_tuning.jobs.lock();
+        jobs.iter_mut().find(|j| j.json["id"] == json!(self.id)).map(f)
+    }
+}
+
+impl Job for TuningJob {
+    fn admitted(&self) {
+        self.with(|j| {
+            if j.apply(Move::Admit).is_ok() {
+                j.event("INFO", "job.admitted", "Job admitted.".into(), None);
+            }
+        });
+    }
+
+    fn started(&self) {
+        self.with(|j| {
+            if j.apply(Move::Start).is_ok() {
+                j.event("INFO", "job.started", "Training started.".into(), None);
+                j.event("INFO", "worker.started", "Worker 0 started.".into(), Some(0));
+            }
+        });
+    }
+
+    fn control(&self) -> Control {
+        match self.with(|j| j.status()).as_deref() {
+            Some("PENDING" | "ADMITTED" | "RUNNING") => Control::Run,
+            Some("PAUSED") => Control::Pause,
+            _ => Control::Stop,
+        }
+    }
+
+    fn finish(&self, failure: Option<String>, _: Vec<String>) {
+        self.with(|j| {
+            if let Some(error) = failure {
+                if j.apply(Move::Fail).is_ok() {
+                    j.json["errors"] = json!([{"code": "training_failed", "message": error, "suggestion": null, "error_uid": super::api_error::error_uid()}]);
+                    j.json["finished_at"] = json!(unix_now());
+                    j.event("FAILED", "job.failed", format!("Job failed: {error}"), None);
+                }
+                return;
+            }
+            if j.apply(Move::Complete).is_err() {
+                return;
+            }
+            // Three checkpoints along a falling loss.
+            for (i, step) in [10u64, 20, 30].iter().enumerate() {
+                let loss = 1.0 / (1.0 + *step as f64 / 10.0);
+                let accuracy = 1.0 - loss / 2.0;
+                j.metrics.push(json!({"step": step, "loss": loss, "accuracy": accuracy}));
+                j.checkpoints.push(json!({"id": type_id("ckp"), "job_id": self.id, "step": step,
+                                          "metrics": {"loss": loss, "accuracy": accuracy}, "created_at": unix_now()}));
+                j.event("INFO", "checkpoint.created", format!("Checkpoint {} at step {step}.", i + 1), Some(0));
+            }
+            j.json["outcome"] = json!("SUCCESS");
+            j.json["finished_at"] = json!(unix_now());
+            j.event("SUCCESS", "job.completed", "Job completed.".into(), None);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_job_table() {
+        assert_eq!(transition("RUNNING", Move::Pause), Some("PAUSED"));
+        assert_eq!(transition("PAUSED", Move::Resume), Some("RUNNING"));
+        for from in ["PENDING", "ADMITTED", "RUNNING", "PAUSED"] {
+            assert_eq!(transition(from, Move::Cancel), Some("CANCELLED"), "{from}");
+        }
+        for terminal in ["COMPLETED", "FAILED", "CANCELLED"] {
+            for action in [Move::Cancel, Move::Pause, Move::Resume] {
+                assert_eq!(transition(terminal, action), None, "{terminal}");
+            }
+        }
+        assert_eq!(transition("PAUSED", Move::Complete), None, "a paused job does not complete");
+    }
+}
+
+/// `GET /jobs` (on `/v0.5`): every job of the organization, newest first; `status` matches
+/// case-insensitively (`PAUSED` and `INTERRUPTED` included). Batch jobs join when batch exists.
+pub(crate) async fn all_jobs(State(shared): State<Arc<Shared>>, headers: HeaderMap, RawQuery(q): RawQuery) -> Answer {
+    let org = auth::require_org(&shared, &headers)?;
+    let params = Params::parse(q.as_deref());
+    let jobs = shared.fine_tuning.jobs.lock();
+    let items = jobs.iter().rev()
+        .filter(|j| j.org == org && params.get("status").is_none_or(|s| j.status().eq_ignore_ascii_case(s)))
+        .map(|j| (j.json["id"].as_str().unwrap_or_default().to_string(), j.json.clone())).collect();
+    Ok(Json(page(items, &params, shared.page_size)?).into_response())
+}

@@ -1,0 +1,115 @@
+"""Fine-tuning against the emulator, sync and async: create -> wait -> checkpoints and metrics,
+the job table's moves and refused moves, pause/resume, a failed job, the 501, log filters, the
+index's hyphenated routes, and client.jobs.list."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable
+
+import pytest
+
+import sensorium
+from _helpers import run_on
+from _raw_http import request
+from sensorium import fine_tuning as ft
+from sensorium.errors import APIStatusError, JobFailedError, NotFoundError
+from sensorium.testing import Emulator
+from sensorium.types import Checkpoint, FineTuningJob
+
+
+@pytest.fixture
+def ft_emu():
+    with Emulator(work_duration=0.3) as emu:
+        yield emu
+
+
+@pytest.fixture
+def run(client_kind: str, ft_emu: Emulator) -> Callable[..., Any]:
+    return lambda operation: run_on(client_kind, operation, api_key=ft_emu.api_key, base_url=ft_emu.base_url)
+
+
+def _create(client: Any) -> Any:
+    return client.fine_tuning.jobs.create("omega", name="pump", method=ft.head(n_epochs=2),
+                                          training_files=[ft.n_shot("idle.csv", "idle")], seed=3)
+
+
+def test_create_wait_checkpoints_metrics(run):
+    job = run(_create)
+    assert isinstance(job, FineTuningJob) and job.status == "PENDING" and job.outcome is None and job.seed == 3
+    done = run(lambda c: c.fine_tuning.jobs.wait(job.id, timeout=30))
+    assert done.status == "COMPLETED" and done.outcome == "SUCCESS" and done.finished_at
+    checkpoints = run(lambda c: c.fine_tuning.jobs.checkpoints(job.id))
+    assert all(isinstance(c, Checkpoint) and c.id.startswith("ckp_") for c in checkpoints) and len(checkpoints) == 3
+    losses = [m["loss"] for m in run(lambda c: c.fine_tuning.jobs.metrics(job.id))]
+    assert losses == sorted(losses, reverse=True), "the loss falls"
+    options = run(lambda c: c.fine_tuning.jobs.checkpoint_options())
+    assert {c.id for c in checkpoints} <= {c.id for c in options}
+    events = run(lambda c: c.fine_tuning.jobs.events(job.id))
+    assert events[0].type == "job.completed"
+    assert [e.type for e in run(lambda c: c.fine_tuning.jobs.logs(job.id, level="SUCCESS"))] == ["job.completed"]
+    assert run(lambda c: c.fine_tuning.jobs.logs(job.id, q="CHECKPOINT"))
+    assert job.id in [j.id for j in run(lambda c: c.fine_tuning.jobs.list())]
+    assert job.id in [j.id for j in run(lambda c: c.jobs.list(status="completed"))]
+
+
+def test_moves_and_refused_moves(run):
+    job = run(_create)
+    deadline = time.monotonic() + 10
+    while run(lambda c: c.fine_tuning.jobs.get(job.id)).status != "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert run(lambda c: c.fine_tuning.jobs.pause(job.id)).status == "PAUSED"
+    time.sleep(0.5)
+    assert run(lambda c: c.fine_tuning.jobs.get(job.id)).status == "PAUSED", "a paused job does not finish"
+    with pytest.raises(APIStatusError) as info:
+        run(lambda c: c.fine_tuning.jobs.pause(job.id))
+    assert info.value.code == "invalid_state_transition"
+    assert run(lambda c: c.fine_tuning.jobs.resume(job.id)).status == "RUNNING"
+    cancelled = run(lambda c: c.fine_tuning.jobs.cancel(job.id))
+    assert cancelled.status == "CANCELLED" and cancelled.finished_at and cancelled.outcome is None
+    for move in ("cancel", "pause", "resume"):
+        with pytest.raises(APIStatusError) as info:
+            run(lambda c: getattr(c.fine_tuning.jobs, move)(job.id))
+        assert info.value.code == "invalid_state_transition" and info.value.status == 409
+    with pytest.raises(NotFoundError):
+        run(lambda c: c.fine_tuning.jobs.get("ftj_missing"))
+
+
+def test_a_failed_job_and_an_unsupported_model(ft_emu, run):
+    ft_emu.fail_next_job("fine_tuning", error="CUDA out of memory")
+    job = run(_create)
+    with pytest.raises(JobFailedError) as info:
+        run(lambda c: c.fine_tuning.jobs.wait(job.id, timeout=30))
+    assert info.value.errors == ["CUDA out of memory"] and info.value.job.status == "FAILED"
+    with pytest.raises(APIStatusError) as info:
+        run(lambda c: c.fine_tuning.jobs.create("gpt-x", name="n", method=ft.lora(),
+                                                training_files=[ft.plain("t.jsonl")]))
+    assert info.value.status == 501 and info.value.code == "model_not_supported"
+    assert list(info.value.json) == ["code", "message", "error_uid"], "fine-tuning errors are bare objects"
+
+
+def test_hyphenated_index_routes(ft_emu):
+    with ft_emu.client() as client:
+        job = _create(client)
+    key = ft_emu.api_key
+    import http.client
+    import json
+
+    def call(method: str, path: str, body: Any = None) -> Any:
+        conn = http.client.HTTPConnection("127.0.0.1", ft_emu.port, timeout=10)
+        conn.request(method, "/v0.6" + path, body=None if body is None else json.dumps(body),
+                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"null")
+
+    assert call("GET", f"/fine-tuning/get-job?job_id={job.id}") == (200, call("GET", f"/fine_tuning/jobs/{job.id}")[1])
+    status, listed = call("GET", "/fine-tuning/list-jobs")
+    assert status == 200 and listed["object"] == "list" and listed["data"][0]["id"] == job.id
+    status, cancelled = call("POST", "/fine-tuning/cancel-job", {"job_id": job.id})
+    assert status == 200 and cancelled["status"] == "CANCELLED"
+    assert call("POST", "/fine-tuning/cancel-job", {"job_id": job.id})[1]["code"] == "invalid_state_transition"
+    assert call("GET", f"/fine-tuning/list-job-events?job_id={job.id}")[0] == 200
+    assert call("GET", f"/fine-tuning/list-job-logs?job_id={job.id}&limit=101")[0] == 400
+    assert call("GET", "/fine-tuning/list-checkpoint-options")[0] == 200
