@@ -420,3 +420,18 @@ def test_page_size_applies_to_every_list():
             assert len(list(client.files.list())) == 5
             assert len(client.agents.blueprints.list().first_page().data) == 2
             assert len(client.files.list(limit=4).first_page().data) == 4, "an explicit limit wins"
+
+
+def test_command_line_work_duration_and_page_size():
+    from test_model_catalogue import start_cli, stop_cli
+
+    proc, settings = start_cli("--work-duration", "0.1", "--page-size", "2")
+    try:
+        with sensorium.Client(api_key=settings["SENSORIUM_API_KEY"], base_url=settings["SENSORIUM_BASE_URL"]) as c:
+            assert len(c.agents.blueprints.list().first_page().data) == 2
+            file_id = c.files.upload_base64("a.csv", CSV.encode()).file_id
+            bundle = c.agents.bundles.create("osm", name="cli")
+            started = c.agents.bundles.run(bundle.id, file_id)
+            assert c.agents.instances.wait(started.id, timeout=20).status == "completed"
+    finally:
+        stop_cli(proc)
