@@ -113,3 +113,18 @@ def test_hyphenated_index_routes(ft_emu):
     assert call("GET", f"/fine-tuning/list-job-events?job_id={job.id}")[0] == 200
     assert call("GET", f"/fine-tuning/list-job-logs?job_id={job.id}&limit=101")[0] == 400
     assert call("GET", "/fine-tuning/list-checkpoint-options")[0] == 200
+
+
+def test_events_to_pandas(ft_emu, client_kind):
+    from _helpers import run_on
+
+    with ft_emu.client() as client:
+        job = _create(client)
+        client.fine_tuning.jobs.wait(job.id, timeout=30)
+
+    async def frame_async(c: Any) -> Any:
+        return await c.fine_tuning.jobs.events(job.id).to_pandas()
+
+    operation = (lambda c: c.fine_tuning.jobs.events(job.id).to_pandas()) if client_kind == "sync" else frame_async
+    frame = run_on(client_kind, operation, api_key=ft_emu.api_key, base_url=ft_emu.base_url)
+    assert list(frame["type"])[0] == "job.completed" and {"id", "level", "message"} <= set(frame.columns)

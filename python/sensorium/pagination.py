@@ -62,6 +62,14 @@ class SyncPager(Generic[T]):
         for page in self.pages():
             yield from page.data
 
+    def to_pandas(self) -> Any:
+        """Every item as a row of a ``pandas.DataFrame`` (each record's ``to_dict()``; ``pip install
+        pandas``).
+
+        >>> client.fine_tuning.jobs.events(job.id).to_pandas()  # doctest: +SKIP
+        """
+        return _frame(list(self))
+
 
 class AsyncPager(Generic[T]):
     """``async for`` over every item of a list, fetching pages lazily."""
@@ -86,3 +94,18 @@ class AsyncPager(Generic[T]):
         async for page in self.pages():
             for item in page.data:
                 yield item
+
+    async def to_pandas(self) -> Any:
+        """See :meth:`SyncPager.to_pandas`."""
+        return _frame([item async for item in self])
+
+
+def _frame(items: list[Any]) -> Any:
+    try:
+        import pandas as pd  # type: ignore[import-untyped, unused-ignore]
+    except ImportError:
+        from .errors import InvalidArgumentError
+
+        raise InvalidArgumentError("to_pandas needs pandas (pip install 'sensorium[pandas]')",
+                                   argument="to_pandas") from None
+    return pd.DataFrame([item.to_dict() if hasattr(item, "to_dict") else item for item in items])
