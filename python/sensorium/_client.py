@@ -20,6 +20,7 @@ from ._options import (
 from ._endpoints import AsyncRunner, SyncRunner
 from .resources import AsyncFiles, AsyncModels, Files, Models
 from .resources.agents import Agents, AsyncAgents
+from .resources.batch import AsyncBatch, Batch
 from .resources.fine_tuning import AsyncFineTuning, FineTuning
 from .resources.jobs import AsyncJobs, Jobs
 from .types import Embeddings, QueryResult
@@ -117,6 +118,7 @@ class Client(_BaseClient):
     agents: Agents
     fine_tuning: FineTuning
     jobs: Jobs
+    batch: Batch
 
     def _bind_resources(self) -> None:
         runner = SyncRunner(self)
@@ -125,6 +127,7 @@ class Client(_BaseClient):
         self.agents = Agents(runner)
         self.fine_tuning = FineTuning(runner)
         self.jobs = Jobs(runner)
+        self.batch = Batch(runner)
 
     def with_options(
         self,
@@ -188,6 +191,7 @@ class AsyncClient(_BaseClient):
     agents: AsyncAgents
     fine_tuning: AsyncFineTuning
     jobs: AsyncJobs
+    batch: AsyncBatch
 
     def _bind_resources(self) -> None:
         runner = AsyncRunner(self)
@@ -196,6 +200,7 @@ class AsyncClient(_BaseClient):
         self.agents = AsyncAgents(runner)
         self.fine_tuning = AsyncFineTuning(runner)
         self.jobs = AsyncJobs(runner)
+        self.batch = AsyncBatch(runner)
 
     def with_options(
         self,

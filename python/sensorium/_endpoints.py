@@ -122,6 +122,25 @@ def query(**params: Any) -> dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
 
 
+class _CursorParam:
+    """Where a list's next cursor goes: the request's parameter, or ``offset`` once a page came in
+    the older offset style (releases before 1.1.11), so one pager reads both styles."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def params(self, request: ListRequest[Any], cursor: Optional[str]) -> dict[str, Any]:
+        params = dict(request.query)
+        if cursor is not None:
+            params[self.name] = cursor
+        return params
+
+    def page(self, raw: Any, request: ListRequest[T]) -> Page[T]:
+        if isinstance(raw, dict) and raw.get("next_param"):
+            self.name = str(raw["next_param"])
+        return Page.from_raw(raw, request.item)
+
+
 class _HasCore(Protocol):
     _core: Any
 
@@ -144,12 +163,12 @@ class SyncRunner:
         return request.cast(raw)
 
     def pager(self, request: ListRequest[T]) -> SyncPager[T]:
+        where = _CursorParam(request.cursor_param)
+
         def fetch(cursor: Optional[str]) -> Page[T]:
-            params = dict(request.query)
-            if cursor is not None:
-                params[request.cursor_param] = cursor
-            raw = self._core().request("GET", request.surface, request.path, params, None, True, False)
-            return Page.from_raw(raw, request.item)
+            raw = self._core().request("GET", request.surface, request.path, where.params(request, cursor), None, True,
+                                       False)
+            return where.page(raw, request)
 
         return SyncPager(fetch, request.start)
 
@@ -206,12 +225,12 @@ class AsyncRunner:
         return request.cast(raw)
 
     def pager(self, request: ListRequest[T]) -> AsyncPager[T]:
+        where = _CursorParam(request.cursor_param)
+
         async def fetch(cursor: Optional[str]) -> Page[T]:
-            params = dict(request.query)
-            if cursor is not None:
-                params[request.cursor_param] = cursor
-            raw = await self._core().request("GET", request.surface, request.path, params, None, True, True)
-            return Page.from_raw(raw, request.item)
+            raw = await self._core().request("GET", request.surface, request.path, where.params(request, cursor), None,
+                                             True, True)
+            return where.page(raw, request)
 
         return AsyncPager(fetch, request.start)
 

@@ -16,6 +16,7 @@ __all__ = [
     "QueryResult", "Embeddings", "NumericEvent", "FileRecord", "Model", "QueryParams",
     "BlueprintSummary", "Blueprint", "Bundle", "RunSummary", "Agent", "AgentResult", "AgentLog", "AgentEvent",
     "Eval", "Optimization", "Trial", "Node", "FineTuningJob", "FineTuningEvent", "Checkpoint", "BatchJob",
+    "BatchEvent", "BatchOutput", "Pipeline",
 ]
 
 
@@ -202,15 +203,10 @@ class Agent(_Record):
 TERMINAL_STATUSES = frozenset({"completed", "failed", "canceled", "cancelled"})
 
 
-@dataclass(frozen=True)
-class AgentResult(_Record):
-    """One output of a run: ``data`` holds ``filename``, ``num_bytes``, ``ref`` (a
-    ``/files/download/...`` path or a presigned URL), ``file_extension`` and ``expires_at``."""
+class _OutputFile:
+    """``filename`` and ``ref`` of a record whose ``data`` describes an output file."""
 
-    id: str
-    port_name: Optional[str] = None
-    data: Optional[dict[str, Any]] = None
-    created_at: Optional[str] = None
+    data: Optional[dict[str, Any]]
 
     @property
     def filename(self) -> Optional[str]:
@@ -219,6 +215,18 @@ class AgentResult(_Record):
     @property
     def ref(self) -> Optional[str]:
         return (self.data or {}).get("ref")
+
+
+@dataclass(frozen=True)
+class AgentResult(_OutputFile, _Record):
+    """One output of a run: ``data`` holds ``filename``, ``num_bytes``, ``ref`` (a
+    ``/files/download/...`` path or a presigned URL), ``file_extension`` and ``expires_at``."""
+
+    id: str
+    port_name: Optional[str] = None
+    data: Optional[dict[str, Any]] = None
+    created_at: Optional[str] = None
+
 
 
 @dataclass(frozen=True)
@@ -370,6 +378,43 @@ class BatchJob(_Record):
     started_at: Optional[str] = None
     completed_at: Optional[str] = None
     failed_at: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class BatchEvent(_Record):
+    """An event of a batch job: ``event_type`` such as ``inference.success`` or
+    ``inference.failed``, ``level`` ``INFO``/``WARN``/``ERROR``/``SUCCESS``/``FAILED``."""
+
+    id: Optional[int] = None
+    event_type: Optional[str] = None
+    level: Optional[str] = None
+    message: Optional[str] = None
+    payload: Optional[dict[str, Any]] = None
+    input_id: Optional[str] = None
+    index: Optional[int] = None
+    created_at: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class BatchOutput(_OutputFile, _Record):
+    """An output file of a batch job; ``data`` holds ``ref`` (a presigned URL or a relative API
+    path), ``filename`` and ``num_bytes``."""
+
+    id: str
+    data: Optional[dict[str, Any]] = None
+    expires_at: Optional[str] = None
+
+
+
+@dataclass(frozen=True)
+class Pipeline(_Record):
+    """A batch pipeline of the registry (``machine-state-classification``, ``activity-detection``)."""
+
+    id: str
+    key: Optional[str] = None
+    name: Optional[str] = None
+    version: Optional[str] = None
+    description: Optional[str] = None
 
 
 class QueryParams(TypedDict, total=False):

@@ -129,6 +129,8 @@ pub async fn call(transport: &Transport, req: &JsonCall) -> Result<Value, Error>
             "has_more": page.has_more,
             "next_cursor": page.next_cursor,
             "prev_cursor": page.prev_cursor,
+            // Where the caller sends `next_cursor` back: `offset` for the older list style.
+            "next_param": if page.offset_style { Some("offset") } else { None },
         }));
     }
     Ok(value)

@@ -34,12 +34,18 @@ pub fn normalize_page(body: Value) -> CursorPage<Value> {
                 if !map.contains_key("next_cursor") {
                     let next = offset.saturating_add(data.len() as u64);
                     let has_more = !data.is_empty() && next < total;
-                    return CursorPage { data, has_more, next_cursor: has_more.then(|| next.to_string()), prev_cursor: None };
+                    return CursorPage {
+                        data,
+                        has_more,
+                        next_cursor: has_more.then(|| next.to_string()),
+                        prev_cursor: None,
+                        offset_style: true,
+                    };
                 }
             }
             let next_cursor = text(map.get("next_cursor"));
             let has_more = map.get("has_more").and_then(Value::as_bool).unwrap_or(false) && next_cursor.is_some();
-            CursorPage { data, has_more, next_cursor, prev_cursor: text(map.get("prev_cursor")) }
+            CursorPage { data, has_more, next_cursor, prev_cursor: text(map.get("prev_cursor")), offset_style: false }
         }
         _ => CursorPage::default(),
     }

@@ -12,4 +12,7 @@ pub struct CursorPage<T = Value> {
     pub next_cursor: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev_cursor: Option<String>,
+    /// The page came in the older offset style: `next_cursor` is the next `offset`.
+    #[serde(skip)]
+    pub offset_style: bool,
 }

@@ -241,6 +241,7 @@ impl ListParams {
             has_more,
             next_cursor,
             prev_cursor,
+            offset_style: false,
         }
     }
 }

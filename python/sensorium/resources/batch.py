@@ -1,0 +1,201 @@
+"""``client.batch``: batch jobs and the pipeline registry, written once for both clients.
+
+Example::
+
+    job = client.batch.jobs.create("line 3", pipeline_key="machine-state-classification",
+                                   inputs={"worker.inference": ["a.csv", "b.csv"]})
+    job = client.batch.jobs.wait(job.id, progress=True)     # JobFailedError if it failed
+    for failure in client.batch.jobs.failed_inputs(job.id):
+        print(failure["input_id"], failure["message"])
+"""
+
+from __future__ import annotations
+
+import builtins
+import warnings
+from typing import Any, Mapping, Optional
+
+from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, query, segment
+from .._waiting import wait_for
+from ..errors import ConflictError, InvalidArgumentError, JobFailedError, SensoriumError
+from ..types import AgentLog, BatchEvent, BatchJob, BatchOutput, FileRecord, Pipeline
+from .fine_tuning import job_status
+
+__all__ = ["Batch", "AsyncBatch"]
+
+# Cursor-style batch lists page with `?limit=N&cursor=<next_cursor>` (CHOICES); offset-style
+# pages are recognised and followed with `offset`.
+CURSOR = "cursor"
+# The platform refuses one job with more inputs than this (413); refused before sending.
+MAX_INPUTS = 10_000
+
+
+def _entry(item: Any, port: str) -> dict[str, Any]:
+    """One input of a port: a file id, a ``FileRecord``, ``{file_id, metadata}``, or (the
+    checkpoint port) a ``Checkpoint`` or ``{kind: "checkpoint", checkpoint_id}``."""
+    from ..types import Checkpoint
+
+    if isinstance(item, Checkpoint):
+        return {"kind": "checkpoint", "checkpoint_id": item.id}
+    if isinstance(item, FileRecord):
+        return {"file_id": item.file_id}
+    if isinstance(item, str) and item:
+        return {"file_id": item}
+    if isinstance(item, Mapping) and (isinstance(item.get("file_id"), str) or item.get("kind") == "checkpoint"):
+        return dict(item)
+    raise InvalidArgumentError(f"inputs: {item!r} on port {port!r} is not a file id, a FileRecord, a "
+                               "{file_id, metadata} entry or a checkpoint", argument="inputs")
+
+
+def _inputs(inputs: Any) -> dict[str, list[dict[str, Any]]]:
+    if not isinstance(inputs, Mapping) or not inputs:
+        raise InvalidArgumentError("inputs: maps each port name (e.g. 'worker.inference') to its inputs",
+                                   argument="inputs")
+    out: dict[str, list[dict[str, Any]]] = {}
+    for port, items in inputs.items():
+        if not isinstance(port, str) or not port:
+            raise InvalidArgumentError(f"inputs: port names are strings, got {port!r}", argument="inputs")
+        if isinstance(items, (str, Mapping, FileRecord)) or not hasattr(items, "__iter__"):
+            items = [items]
+        out[port] = [_entry(item, port) for item in items]
+    total = sum(len(v) for v in out.values())
+    if total > MAX_INPUTS:
+        raise InvalidArgumentError(f"inputs: {total} inputs; the platform takes at most {MAX_INPUTS} per job",
+                                   argument="inputs")
+    return out
+
+
+def batch_failure(record: Any, _logs: list[AgentLog], what: str) -> SensoriumError:
+    errors = [str(e.get("message", e)) if isinstance(e, dict) else str(e) for e in (record.extra.get("errors") or [])]
+    return JobFailedError(f"{what} failed: {'; '.join(errors) or '(no error given)'}", job=record, errors=errors)
+
+
+class Jobs(Resource):
+    """Batch jobs of your organization."""
+
+    def create(self, name: str, *, pipeline_key: str, inputs: Any, parameters: Optional[Mapping[str, Any]] = None,
+               pipeline_type: str = "batch", pipeline_version: Optional[str] = None) -> Any:
+        """Starts a batch job of ``pipeline_key`` over ``inputs`` (port name -> inputs)."""
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError("name: a batch job needs a name", argument="name")
+        segment(pipeline_key, "pipeline_key")
+        body = query(name=name, pipeline_type=pipeline_type, pipeline_key=pipeline_key,
+                     pipeline_version=pipeline_version, inputs=_inputs(inputs),
+                     parameters=dict(parameters) if parameters is not None else None)
+        return self._call(Request("POST", "/batch/jobs", body=body, cast=BatchJob.from_dict))
+
+    def list(self, *, status: Optional[str] = None, limit: Optional[int] = None) -> Any:
+        """Every batch job, page by page (either list style)."""
+        return self._list(ListRequest("/batch/jobs", BatchJob.from_dict, query(status=status, limit=limit),
+                                      cursor_param=CURSOR))
+
+    def _path(self, job_id: str, tail: str = "") -> str:
+        return f"/batch/jobs/{segment(job_id, 'job_id')}{tail}"
+
+    def get(self, job_id: str) -> Any:
+        """One job."""
+        return self._call(Request("GET", self._path(job_id), cast=BatchJob.from_dict))
+
+    def delete(self, job_id: str) -> Any:
+        """Deletes a job."""
+        return self._call(Request("DELETE", self._path(job_id)))
+
+    def retry(self, job_id: str) -> Any:
+        """Runs a failed or cancelled job again."""
+        return self._call(Request("POST", self._path(job_id, "/retry"), cast=BatchJob.from_dict))
+
+    def cancel(self, job_id: str, *, ok_if_terminal: bool = False) -> Any:
+        """Cancels a job (409 once it has ended; success then with ``ok_if_terminal=True``, which
+        returns the job's record). An unknown id is still ``NotFoundError``."""
+        return self._drive(self._cancel(job_id, ok_if_terminal))
+
+    def _cancel(self, job_id: str, ok_if_terminal: bool) -> Operation[Any]:
+        try:
+            answer: Any = yield Request("POST", self._path(job_id, "/cancel"))
+            return answer
+        except ConflictError:
+            if not ok_if_terminal:
+                raise
+        current: BatchJob = yield Request("GET", self._path(job_id), cast=BatchJob.from_dict)
+        return current
+
+    def queue(self) -> Any:
+        """Global queue depths by pipeline type."""
+        return self._call(Request("GET", "/batch/jobs/queue"))
+
+    def events(self, job_id: str, *, level: Optional[str] = None, event_type: Optional[str] = None,
+               input_id: Optional[str] = None, limit: Optional[int] = None) -> Any:
+        """The job's events, page by page; ``level`` matches exactly."""
+        return self._list(ListRequest(self._path(job_id, "/events"), BatchEvent.from_dict,
+                                      query(level=level, event_type=event_type, input_id=input_id, limit=limit),
+                                      cursor_param=CURSOR))
+
+    def inputs(self, job_id: str, *, port: Optional[str] = None, status: Optional[str] = None,
+               search: Optional[str] = None) -> Any:
+        """The inputs of every port; ``port``, ``status`` and ``search`` (file name or id) narrow them."""
+        return self._list(ListRequest(self._path(job_id, "/inputs"), dict, query(port=port, status=status,
+                                                                                  search=search), cursor_param=CURSOR))
+
+    def outputs(self, job_id: str) -> Any:
+        """The job's output files, page by page."""
+        return self._list(ListRequest(self._path(job_id, "/outputs"), BatchOutput.from_dict, cursor_param=CURSOR))
+
+    def progress(self, job_id: str) -> Any:
+        """The job's progress entries (``{entries: [{kind, step, message}]}``)."""
+        return self._call(Request("GET", self._path(job_id, "/progress")))
+
+    def failed_inputs(self, job_id: str) -> Any:
+        """The inputs that failed in a job (from its ``FAILED`` events), as ``{input_id, message}``:
+        a ``COMPLETED`` job can hold them."""
+        return self._drive(self._failed_inputs(job_id))
+
+    def _failed_inputs(self, job_id: str) -> Operation[builtins.list[dict[str, Any]]]:
+        events: builtins.list[BatchEvent] = yield CollectList(ListRequest(self._path(job_id, "/events"), BatchEvent.from_dict,
+                                                                 {"level": "FAILED"}, cursor_param=CURSOR))
+        return [{"input_id": e.input_id, "message": e.message} for e in events if e.input_id]
+
+    def wait(self, job_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
+        """Waits until the job ends and returns its record. ``FAILED`` raises ``JobFailedError``; a
+        ``COMPLETED`` job with failed inputs warns (``failed_inputs`` lists them)."""
+        segment(job_id, "job_id")
+        return self._drive(self._wait(job_id, timeout, progress))
+
+    def _wait(self, job_id: str, timeout: Optional[float], progress: bool) -> Operation[BatchJob]:
+        job: BatchJob = yield from wait_for(lambda: Request("GET", self._path(job_id), cast=BatchJob.from_dict), None,
+                                            timeout, progress, f"batch job {job_id}", status_of=job_status,
+                                            failure=batch_failure)
+        if job_status(job) == "completed":
+            failed: builtins.list[dict[str, Any]] = yield from self._failed_inputs(job_id)
+            if failed:
+                warnings.warn(f"batch job {job_id} completed with {len(failed)} failed input(s); "
+                              "client.batch.jobs.failed_inputs(job_id) lists them", stacklevel=2)
+        return job
+
+
+class Pipelines(Resource):
+    """The batch pipeline registry."""
+
+    def list(self) -> Any:
+        """Every pipeline, page by page."""
+        return self._list(ListRequest("/batch/registry/pipelines", Pipeline.from_dict, cursor_param=CURSOR))
+
+    def get(self, pipeline_id: str) -> Any:
+        """One pipeline."""
+        return self._call(Request("GET", f"/batch/registry/pipelines/{segment(pipeline_id, 'pipeline_id')}",
+                                  cast=Pipeline.from_dict))
+
+    def schema(self, pipeline_id: str) -> Any:
+        """The pipeline's parameter schema, as the platform gives it."""
+        return self._call(Request("GET", f"/batch/registry/pipelines/{segment(pipeline_id, 'pipeline_id')}/schema"))
+
+
+class Batch:
+    """``client.batch``: ``jobs`` and ``pipelines``."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.jobs = Jobs(runner)
+        self.pipelines = Pipelines(runner)
+
+
+class AsyncBatch(Batch):
+    """``async_client.batch``."""

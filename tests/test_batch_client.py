@@ -1,0 +1,112 @@
+"""The batch client on its own (the emulator's batch surface is not built yet): inputs checked
+before sending, both list styles read by one pager, wait with a failed job and with failed
+inputs, cancel with and without ok_if_terminal."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from _fake_server import FakeServer, response
+from _helpers import run_on
+from sensorium.errors import ConflictError, InvalidArgumentError, JobFailedError, NotFoundError
+from sensorium.types import BatchEvent, BatchJob, Checkpoint, FileRecord
+
+JOB = {"id": "job_1", "name": "line 3", "pipeline_type": "batch", "pipeline_key": "machine-state-classification",
+       "pipeline_version": "1.2.0", "status": "RUNNING", "created_at": "2026-11-23T10:00:00Z", "started_at": None,
+       "completed_at": None, "failed_at": None}
+
+
+@pytest.fixture
+def call(client_kind: str) -> Callable[..., Any]:
+    return lambda base_url, operation: run_on(client_kind, operation, api_key="sk-test", base_url=base_url,
+                                              max_retries=0)
+
+
+def routes(table: dict[str, Callable[[dict[str, list[str]]], Any]]) -> Callable[[bytes], list[Any]]:
+    def script(head: bytes) -> list[Any]:
+        method, target = head.split(b"\r\n")[0].decode().split(" ")[:2]
+        parts = urlsplit(target)
+        answer = table.get(f"{method} {parts.path}")
+        if answer is None:
+            return [response(404, b'{"code": "NOT_FOUND", "message": "Job not found.", "error_uid": "err-1"}')]
+        status, body = answer(parse_qs(parts.query))
+        return [response(status, json.dumps(body).encode())]
+
+    return script
+
+
+def test_inputs_take_every_form_and_are_checked_before_sending(emu, call):
+    with FakeServer(routes({"POST /v0.5/batch/jobs": lambda q: (201, JOB)})) as server:
+        job = call(server.base_url, lambda c: c.batch.jobs.create(
+            "line 3", pipeline_key="machine-state-classification",
+            inputs={"worker.inference": ["a.csv", FileRecord(file_id="b.csv")],
+                    "worker.n_shots": [{"file_id": "idle.csv", "metadata": {"class": "idle"}}],
+                    "worker.fine_tune_checkpoint": Checkpoint(id="ckp_1")}))
+        sent = json.loads(server.bodies[0])
+    assert isinstance(job, BatchJob) and job.pipeline_version == "1.2.0"
+    assert sent["inputs"] == {"worker.inference": [{"file_id": "a.csv"}, {"file_id": "b.csv"}],
+                              "worker.n_shots": [{"file_id": "idle.csv", "metadata": {"class": "idle"}}],
+                              "worker.fine_tune_checkpoint": [{"kind": "checkpoint", "checkpoint_id": "ckp_1"}]}
+    assert sent["pipeline_type"] == "batch"
+    with emu.client() as client:
+        for bad in ({}, {"worker.inference": [3]}, {"worker.inference": [f"f{i}.csv" for i in range(10_001)]}):
+            with pytest.raises(InvalidArgumentError) as info:
+                client.batch.jobs.create("x", pipeline_key="k", inputs=bad)
+            assert info.value.argument == "inputs"
+    assert emu.requests == []
+
+
+def test_one_pager_reads_both_list_styles(call):
+    events = [{"id": i, "event_type": "inference.success", "level": "INFO", "message": f"m{i}",
+               "created_at": "2026-11-23T10:00:00Z"} for i in range(5)]
+
+    def offset_style(q: dict[str, list[str]]) -> Any:
+        offset = int(q.get("offset", ["0"])[0])
+        return 200, {"job_id": "job_1", "total": 5, "offset": offset, "limit": 2, "events": events[offset:offset + 2]}
+
+    def cursor_style(q: dict[str, list[str]]) -> Any:
+        start = int(q.get("cursor", ["0"])[0])
+        more = start + 2 < 5
+        return 200, {"data": events[start:start + 2], "has_more": more, "next_cursor": str(start + 2) if more else None}
+
+    for style in (offset_style, cursor_style):
+        with FakeServer(routes({"GET /v0.5/batch/jobs/job_1/events": style})) as server:
+            got = call(server.base_url, lambda c: c.batch.jobs.events("job_1"))
+        assert [e.message for e in got] == ["m0", "m1", "m2", "m3", "m4"], style.__name__
+        assert all(isinstance(e, BatchEvent) for e in got)
+
+
+def test_wait_raises_for_a_failed_job_and_warns_for_failed_inputs(call):
+    failed = {**JOB, "status": "FAILED", "errors": ["Job failed: BackoffLimitExceeded"]}
+    with FakeServer(routes({"GET /v0.5/batch/jobs/job_1": lambda q: (200, failed)})) as server:
+        with pytest.raises(JobFailedError) as info:
+            call(server.base_url, lambda c: c.batch.jobs.wait("job_1"))
+    assert info.value.errors == ["Job failed: BackoffLimitExceeded"]
+    done = {**JOB, "status": "COMPLETED"}
+    failures = {"data": [{"id": 7, "event_type": "inference.failed", "level": "FAILED", "input_id": "inp_2",
+                          "message": "FAILED Processing failed for b.csv"}], "has_more": False, "next_cursor": None}
+    table = {"GET /v0.5/batch/jobs/job_1": lambda q: (200, done),
+             "GET /v0.5/batch/jobs/job_1/events": lambda q: (200, failures if q.get("level") == ["FAILED"] else {})}
+    with FakeServer(routes(table)) as server:
+        with pytest.warns(UserWarning, match="1 failed input"):
+            job = call(server.base_url, lambda c: c.batch.jobs.wait("job_1"))
+        assert job.status == "COMPLETED"
+        assert call(server.base_url, lambda c: c.batch.jobs.failed_inputs("job_1")) == [
+            {"input_id": "inp_2", "message": "FAILED Processing failed for b.csv"}]
+
+
+def test_cancel_ok_if_terminal(call):
+    conflict = (409, {"errors": [{"code": "conflict", "message": "Job already terminal."}]})
+    table = {"POST /v0.5/batch/jobs/job_1/cancel": lambda q: conflict,
+             "GET /v0.5/batch/jobs/job_1": lambda q: (200, {**JOB, "status": "COMPLETED"})}
+    with FakeServer(routes(table)) as server:
+        with pytest.raises(ConflictError):
+            call(server.base_url, lambda c: c.batch.jobs.cancel("job_1"))
+        assert call(server.base_url, lambda c: c.batch.jobs.cancel("job_1", ok_if_terminal=True)).status == "COMPLETED"
+        with pytest.raises(NotFoundError) as info:
+            call(server.base_url, lambda c: c.batch.jobs.cancel("job_2", ok_if_terminal=True))
+    assert info.value.code == "NOT_FOUND", "the bare batch 404 object is read"
