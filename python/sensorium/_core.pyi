@@ -114,8 +114,14 @@ class CoreClient:
         page: bool,
         asynchronous: bool,
     ) -> Any: ...
-    def download_ref(
-        self, surface: str, reference: str, path: str, progress: Progress, tick: Callable[[], Any] | None, asynchronous: bool
+    def download_many(
+        self,
+        surface: str,
+        items: list[tuple[str, str, int | None]],
+        concurrency: int,
+        progress: Progress,
+        tick: Callable[[], Any] | None,
+        asynchronous: bool,
     ) -> Any: ...
     # Each call blocks when `asynchronous` is False and returns an awaitable when it is True.
     def query(self, model: str, query: str, fields: dict[str, Any], asynchronous: bool) -> Any: ...

@@ -216,6 +216,12 @@ class _OutputFile:
     def ref(self) -> Optional[str]:
         return (self.data or {}).get("ref")
 
+    @property
+    def num_bytes(self) -> Optional[int]:
+        size = (self.data or {}).get("num_bytes")
+        # Only a usable size counts: it is a progress hint, never trusted for the bytes themselves.
+        return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+
 
 @dataclass(frozen=True)
 class AgentResult(_OutputFile, _Record):

@@ -13,7 +13,7 @@ use pyo3::types::{PyDict, PyList};
 use serde_json::{Map, Value};
 
 use super::convert::{py_to_value, text_arg, type_name, Json, TextArgError};
-use super::errors::{guard, to_pyerr, Outcome};
+use super::errors::{guard, to_pyerr, Outcome, Outcomes};
 use super::results::{EmbeddingsData, NumericEvent, Progress, QueryResult};
 use super::runtime;
 use crate::client::config::ClientConfig;
@@ -202,26 +202,31 @@ impl CoreClient {
         })
     }
 
-    /// Downloads a listed reference (relative path or presigned URL) to `path`, atomically.
-    #[pyo3(signature = (surface, reference, path, progress, tick, asynchronous))]
+    /// Downloads `(reference, path, expected size)` items, `concurrency` at a time, into one
+    /// byte count; returns each item's byte count or exception, in order.
+    #[pyo3(signature = (surface, items, concurrency, progress, tick, asynchronous))]
     #[allow(clippy::too_many_arguments)]
-    fn download_ref<'py>(
+    fn download_many<'py>(
         &self,
         py: Python<'py>,
         surface: &str,
-        reference: &Bound<'py, PyAny>,
-        path: PathBuf,
+        items: Vec<(String, PathBuf, Option<u64>)>,
+        concurrency: usize,
         progress: &Bound<'py, Progress>,
         tick: Option<Bound<'py, PyAny>>,
         asynchronous: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        guard("download_ref", || {
-            let reference = text(py, reference, "reference")?;
+        guard("download_many", || {
             let surface = Surface::parse(surface).map_err(|e| to_pyerr(py, e))?;
+            let items = items
+                .into_iter()
+                .map(|(reference, dest, expected)| endpoint::DownloadItem { reference, dest, expected })
+                .collect();
             let transport = self.transport();
             let progress = progress.get().inner.clone();
-            runtime::run_ticking(py, "download_ref", asynchronous, tick.as_ref(), async move {
-                Ok(Outcome(endpoint::download_ref(&transport, surface, &reference, &path, progress).await))
+            runtime::run_ticking(py, "download_many", asynchronous, tick.as_ref(), async move {
+                let outcomes = endpoint::download_many(&transport, surface, items, concurrency, progress).await;
+                Ok(Outcome(outcomes.map(Outcomes)))
             })
         })
     }
