@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::convert::{py_to_value, text_arg, type_name, Json, TextArgError};
 use super::errors::{guard, to_pyerr, Outcome, Outcomes};
+use super::stream::EventFeed;
 use super::results::{EmbeddingsData, NumericEvent, Progress, QueryResult};
 use super::runtime;
 use crate::client::config::ClientConfig;
@@ -21,6 +22,7 @@ use crate::client::files::{self, UploadMethod, UploadOptions};
 use crate::client::upload::{self, DirectUploadOptions};
 use crate::client::endpoint::{self, JsonCall, Surface};
 use crate::client::query;
+use crate::client::sse;
 use crate::client::{Error, Transport};
 
 #[pyclass(module = "sensorium._core", name = "CoreClient", frozen)]
@@ -228,6 +230,18 @@ impl CoreClient {
                 let outcomes = endpoint::download_many(&transport, surface, items, concurrency, progress).await;
                 Ok(Outcome(outcomes.map(Outcomes)))
             })
+        })
+    }
+
+    /// Opens a lens session's SSE stream at `path` (under the API base): a feed of event
+    /// batches read by a task that reconnects with `Last-Event-ID` on its own.
+    #[pyo3(signature = (path, last_event_id, heartbeats))]
+    fn open_stream(&self, path: &str, last_event_id: Option<String>, heartbeats: bool) -> PyResult<EventFeed> {
+        guard("open_stream", || {
+            let transport = self.transport();
+            let path = path.to_string();
+            let options = sse::StreamOptions { last_event_id, heartbeats };
+            EventFeed::spawn(move |tx| async move { sse::pump(&transport, &path, options, tx).await })
         })
     }
 

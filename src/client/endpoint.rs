@@ -40,7 +40,7 @@ impl Surface {
         }
     }
 
-    fn base(self, transport: &Transport) -> String {
+    pub fn base(self, transport: &Transport) -> String {
         match self {
             Surface::Api => transport.config.base_url(),
             Surface::FineTuning => transport.config.versioned(FINE_TUNING_VERSION),

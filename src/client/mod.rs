@@ -18,3 +18,4 @@ pub mod files;
 pub mod pagination;
 pub mod query;
 pub mod resume_state;
+pub mod sse;
