@@ -13,6 +13,7 @@ use super::agents::Agents;
 use super::fine_tuning::FineTuningStore;
 use super::auth::{KeyInfo, Role};
 use super::jobs::Executor;
+use super::lens::Lens;
 use super::paging::DEFAULT_LIMIT;
 use super::catalogue::Catalogue;
 use super::faults::FaultSet;
@@ -52,6 +53,7 @@ pub(crate) struct Shared {
     pub jobs: Arc<Executor>,
     pub agents: Agents,
     pub fine_tuning: FineTuningStore,
+    pub lens: Lens,
     /// Default page size of every list (`Emulator(page_size=...)`; the platform's 100).
     pub page_size: usize,
 }
@@ -82,6 +84,7 @@ impl Shared {
             jobs: Arc::new(Executor::new(opts.work_duration, shutdown.clone())),
             agents: Agents::new(),
             fine_tuning: FineTuningStore::default(),
+            lens: Lens::new(opts.session_ttl, opts.lens_heartbeat_interval, opts.lens_status_style),
             page_size: opts.page_size.unwrap_or(DEFAULT_LIMIT),
             shutdown,
         }
