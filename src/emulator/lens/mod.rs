@@ -28,6 +28,10 @@ pub use table::StatusStyle;
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(86_400);
 /// Short, so tests see heartbeats; the live interval is not shown.
 pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+/// How long an ended session's stream can still be *resumed* (a reconnect with `Last-Event-ID`
+/// from a stream that was open when the session ended): the stream then gets what remains and
+/// `sse.stream.end`, as if the connection had never dropped. A new stream gets 404 at once.
+pub const RESUME_GRACE: Duration = Duration::from_secs(60);
 
 pub(crate) struct Lens {
     pub lenses: Mutex<Vec<LensRec>>,
@@ -37,6 +41,8 @@ pub(crate) struct Lens {
     pub status_style: Mutex<StatusStyle>,
     /// `drop_streams(every=N)`: each SSE connection is cut after N outputs.
     pub drop_every: Mutex<Option<u64>>,
+    /// Destroyed or expired sessions, with when they ended, for `RESUME_GRACE`.
+    ended: Mutex<HashMap<String, (Arc<Session>, std::time::Instant)>>,
 }
 
 impl Lens {
@@ -48,6 +54,7 @@ impl Lens {
             heartbeat_interval,
             status_style: Mutex::new(style),
             drop_every: Mutex::new(None),
+            ended: Mutex::new(HashMap::new()),
         }
     }
 
@@ -66,7 +73,7 @@ impl Lens {
         if found.advance(now()).is_active() {
             Some(found)
         } else {
-            self.sessions.lock().remove(id);
+            self.retire(id);
             None
         }
     }
@@ -75,8 +82,26 @@ impl Lens {
     pub fn destroy(&self, org: &str, id: &str) -> Option<Arc<Session>> {
         let session = self.session(org, id)?;
         let destroyed = session.destroy();
-        self.sessions.lock().remove(id);
+        self.retire(id);
         destroyed.then_some(session)
+    }
+
+    fn retire(&self, id: &str) {
+        if let Some(session) = self.sessions.lock().remove(id) {
+            let mut ended = self.ended.lock();
+            ended.retain(|_, (_, at)| at.elapsed() < RESUME_GRACE);
+            ended.insert(id.to_string(), (session, std::time::Instant::now()));
+        }
+    }
+
+    /// A session whose stream a reconnecting reader may resume: the active one, or one that
+    /// ended less than `RESUME_GRACE` ago.
+    pub fn resumable(&self, org: &str, id: &str) -> Option<Arc<Session>> {
+        self.session(org, id).or_else(|| {
+            let ended = self.ended.lock();
+            let (session, at) = ended.get(id).filter(|(s, _)| s.org == org)?;
+            (at.elapsed() < RESUME_GRACE).then(|| session.clone())
+        })
     }
 
     /// The organization's active sessions, oldest first.

@@ -53,13 +53,19 @@ pub(crate) async fn consume(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (org, _) = caller(&shared, &headers)?;
-    let session = shared.lens.session(&org, &id).ok_or_else(|| session_not_found(&id))?;
     let after = match headers.get("last-event-id").map(|v| v.to_str().map(str::trim)) {
-        None | Some(Ok("")) => 0,
-        Some(value) => value.ok().and_then(|v| v.parse::<u64>().ok()).ok_or_else(|| {
+        None | Some(Ok("")) => None,
+        Some(value) => Some(value.ok().and_then(|v| v.parse::<u64>().ok()).ok_or_else(|| {
             ApiError::bad_request("invalid_cursor", "Last-Event-ID is not an event id of this stream.")
-        })?,
+        })?),
     };
+    // A reconnect (with Last-Event-ID) may finish the stream of a session that ended meanwhile.
+    let session = match after {
+        Some(_) => shared.lens.resumable(&org, &id),
+        None => shared.lens.session(&org, &id),
+    }
+    .ok_or_else(|| session_not_found(&id))?;
+    let after = after.unwrap_or(0);
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(8);
     tokio::spawn(pump(shared, org, session, after, tx));
     let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
