@@ -16,7 +16,6 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Map, Number, Value};
 
 use crate::client::error::{ApiError, Error, SUMMARY_LIMIT};
-use crate::client::error_body::parse_error_entries;
 use crate::client::pagination::normalize_page;
 use crate::client::query::{output_texts, parse_embeddings, EMBEDDING_DIM};
 use crate::client::retry::{parse_retry_after, RetryPolicy};
@@ -92,19 +91,7 @@ fn encoder_answer() -> impl Strategy<Value = Vec<u8>> {
 
 fn api_error(body: &[u8]) -> ApiError {
     let raw = String::from_utf8_lossy(body).into_owned();
-    let json: Option<Value> = serde_json::from_str(&raw).ok();
-    ApiError {
-        status: 400,
-        method: "GET".into(),
-        url: "http://h/v0.5/x".into(),
-        errors: parse_error_entries(json.as_ref(), &raw),
-        body: raw,
-        json,
-        retry_after: None,
-        attempt: 1,
-        after_lost_response: false,
-        hint: None,
-    }
+    ApiError::from_body(400, "GET", "http://h/v0.5/x", raw, None)
 }
 
 proptest! {

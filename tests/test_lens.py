@@ -257,3 +257,55 @@ def test_one_deprecation_warning_per_process(emu):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     messages = eval(out)
     assert len(messages) == 1 and "deprecated" in messages[0] and "agents" in messages[0]
+
+
+def test_the_session_socket_pairs_each_reply_with_its_call(emu, client_kind):
+    import numpy as np
+    import pandas as pd
+
+    session_id = running_session(emu, client_kind, [NOOP])
+    window = np.arange(12, dtype=np.float64).reshape(3, 4)
+    frame = pd.DataFrame(window.T, columns=["a", "b", "c"])
+
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect(session_id, subprotocol=True) as socket:
+            status = socket.status()
+            checks = socket.validate()
+            updated = [socket.update(window), socket.update(frame),
+                       socket.update({"type": "data.json", "event_data": {"k": 1}})]
+            first, again = socket.read(), socket.read()
+            replay = socket.read(client_id="another reader")
+            raw = socket.send("session.heartbeat")
+            with pytest.raises(LensEventError):
+                socket.set_input_stream("rtsp_video_streamer", {"rtsp_url": "rtsp://10.0.0.1/cam"})
+            gone = socket.destroy()
+        return status, checks, updated, first, again, replay, raw, gone
+
+    async def async_body(c: Any) -> Any:
+        async with await c.lens.sessions.connect(session_id, subprotocol=True) as socket:
+            status = await socket.status()
+            checks = await socket.validate()
+            updated = [await socket.update(window), await socket.update(frame),
+                       await socket.update({"type": "data.json", "event_data": {"k": 1}})]
+            first, again = await socket.read(), await socket.read()
+            replay = await socket.read(client_id="another reader")
+            raw = await socket.send("session.heartbeat")
+            with pytest.raises(LensEventError):
+                await socket.set_input_stream("rtsp_video_streamer", {"rtsp_url": "rtsp://10.0.0.1/cam"})
+            gone = await socket.destroy()
+        return status, checks, updated, first, again, replay, raw, gone
+
+    status, checks, updated, first, again, replay, raw, gone = on(
+        emu, client_kind, sync_body if client_kind == "sync" else async_body)
+    assert isinstance(status, LensSession) and status.session_id == session_id and status.api_key == "<redacted>"
+    assert checks["is_valid"] is True
+    assert all(u["is_valid"] for u in updated)
+    contents = [m["data"] for m in first["messages"]]
+    assert contents[0]["contents"] == window.tolist() and contents[1]["contents"] == window.tolist()
+    assert contents[2] == {"k": 1}
+    assert again is None  # this reader has read everything
+    assert len(replay["messages"]) == 3  # a new reader replays from the start
+    assert raw["type"] == "session.heartbeat.response"
+    assert gone["is_valid"] is True
+    with pytest.raises(NotFoundError):
+        on(emu, client_kind, lambda c: c.lens.sessions.info(session_id))

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::convert::{py_to_value, text_arg, type_name, Json, TextArgError};
 use super::errors::{guard, to_pyerr, Outcome, Outcomes};
-use super::stream::EventFeed;
+use super::stream::{EventFeed, LensSocket};
 use super::results::{EmbeddingsData, NumericEvent, Progress, QueryResult};
 use super::runtime;
 use crate::client::config::ClientConfig;
@@ -23,6 +23,7 @@ use crate::client::upload::{self, DirectUploadOptions};
 use crate::client::endpoint::{self, JsonCall, Surface};
 use crate::client::query;
 use crate::client::sse;
+use crate::client::websocket::{Credential, Socket};
 use crate::client::{Error, Transport};
 
 #[pyclass(module = "sensorium._core", name = "CoreClient", frozen)]
@@ -242,6 +243,25 @@ impl CoreClient {
             let path = path.to_string();
             let options = sse::StreamOptions { last_event_id, heartbeats };
             EventFeed::spawn(move |tx| async move { sse::pump(&transport, &path, options, tx).await })
+        })
+    }
+
+    /// Opens a lens session's WebSocket at `endpoint` (its `session_endpoint`), the key in the
+    /// `Authorization` header or, with `subprotocol`, in `Sec-WebSocket-Protocol`.
+    #[pyo3(signature = (endpoint, subprotocol, asynchronous))]
+    fn connect_socket<'py>(
+        &self,
+        py: Python<'py>,
+        endpoint: String,
+        subprotocol: bool,
+        asynchronous: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        guard("connect_socket", || {
+            let transport = self.transport();
+            let credential = if subprotocol { Credential::Subprotocol } else { Credential::Header };
+            runtime::run(py, "connect_socket", asynchronous, async move {
+                Ok(Outcome(Socket::connect(&transport, &endpoint, credential).await.map(LensSocket::new)))
+            })
         })
     }
 

@@ -1,6 +1,7 @@
-//! The SSE feed handed to Python: `EventFeed` yields batches of `StreamEvent`s read by a task on
-//! the runtime (`client::sse::pump`); dropping or closing the feed stops that task. The
-//! iterator protocol (and `last_event_id`) lives in Python, over whole batches.
+//! Lens session streams handed to Python. `EventFeed` yields batches of `StreamEvent`s read by a
+//! task on the runtime (`client::sse::pump`); dropping or closing the feed stops that task. The
+//! iterator protocol (and `last_event_id`) lives in Python, over whole batches. `LensSocket`
+//! carries one request at a time over a session's WebSocket (`client::websocket`).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
@@ -12,9 +13,12 @@ use pyo3::types::PyString;
 use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinHandle;
 
-use super::errors::{internal_error, panic_detail, Outcome};
+use super::convert::{py_to_value, Json};
+use super::errors::{guard, internal_error, panic_detail, to_pyerr, Outcome};
+use super::results::NumericEvent;
 use super::runtime;
 use crate::client::sse::{Feed, StreamEvent as Event};
+use crate::client::websocket::Socket;
 
 /// One event of a lens session's stream: `id` (resume with it as `last_event_id`), `type`, and
 /// `event_data` (the payload, decoded on first access).
@@ -154,5 +158,59 @@ impl Drop for EventFeed {
         if let Some(task) = self.task.get_mut().take() {
             task.abort();
         }
+    }
+}
+
+/// A lens session's WebSocket. `call` sends `{type, event_data}` and returns the reply to it.
+#[pyclass(module = "sensorium._core", name = "LensSocket", frozen)]
+pub struct LensSocket {
+    socket: Arc<Socket>,
+}
+
+impl LensSocket {
+    pub fn new(socket: Socket) -> Self {
+        LensSocket { socket: Arc::new(socket) }
+    }
+}
+
+/// `event_data` as JSON text: `None`, a `NumericEvent` (already JSON, from numpy or pandas), or
+/// any JSON-able value.
+fn event_json(event_data: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if event_data.is_none() {
+        return Ok(None);
+    }
+    if let Ok(numeric) = event_data.cast::<NumericEvent>() {
+        return Ok(Some(String::from_utf8_lossy(&numeric.get().json).into_owned()));
+    }
+    let value = py_to_value(event_data, "event_data").map_err(|e| to_pyerr(event_data.py(), e))?;
+    Ok(Some(value.to_string()))
+}
+
+#[pymethods]
+impl LensSocket {
+    #[pyo3(signature = (request_type, event_data, asynchronous))]
+    fn call<'py>(
+        &self,
+        py: Python<'py>,
+        request_type: String,
+        event_data: &Bound<'py, PyAny>,
+        asynchronous: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        guard("socket.call", || {
+            let event_data = event_json(event_data)?;
+            let socket = self.socket.clone();
+            runtime::run(py, "socket.call", asynchronous, async move {
+                Ok(Outcome(socket.call(&request_type, event_data.as_deref()).await.map(Json)))
+            })
+        })
+    }
+
+    /// The close handshake.
+    fn close<'py>(&self, py: Python<'py>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
+        let socket = self.socket.clone();
+        runtime::run(py, "socket.close", asynchronous, async move {
+            socket.close().await;
+            Ok(())
+        })
     }
 }

@@ -147,6 +147,23 @@ pub struct ApiError {
 pub const RETRYABLE_STATUSES: &[u16] = &[429, 500, 502, 503, 504];
 
 impl ApiError {
+    /// The error a non-2xx answer means, from its (already redacted) body text.
+    pub fn from_body(status: u16, method: &str, url: &str, raw: String, retry_after: Option<Duration>) -> ApiError {
+        let json: Option<Value> = serde_json::from_str(&raw).ok();
+        ApiError {
+            status,
+            method: method.to_string(),
+            url: url.to_string(),
+            errors: super::error_body::parse_error_entries(json.as_ref(), &raw),
+            body: raw,
+            json,
+            retry_after,
+            attempt: 1,
+            after_lost_response: false,
+            hint: None,
+        }
+    }
+
     pub fn is_retryable(&self) -> bool {
         RETRYABLE_STATUSES.contains(&self.status)
     }

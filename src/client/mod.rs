@@ -19,3 +19,4 @@ pub mod pagination;
 pub mod query;
 pub mod resume_state;
 pub mod sse;
+pub mod websocket;

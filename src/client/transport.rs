@@ -11,12 +11,10 @@ use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::{Method, Response};
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 use tokio_util::io::ReaderStream;
 
 use super::config::ClientConfig;
 use super::error::{ApiError, Error};
-use super::error_body::parse_error_entries;
 use super::retry::parse_retry_after;
 
 /// Sent with every attempt so servers (and the emulator's request log) can tell retries apart.
@@ -318,20 +316,7 @@ impl Transport {
         };
         // Some bodies echo the caller's key (lens session records); keep it out of exceptions.
         let raw = self.config.api_key.redact_in(&raw);
-        let json: Option<Value> = serde_json::from_str(&raw).ok();
-        let errors = parse_error_entries(json.as_ref(), &raw);
-        ApiError {
-            status,
-            method: call.method.to_string(),
-            url: call.url.clone(),
-            errors,
-            body: raw,
-            json,
-            retry_after,
-            attempt: 1,
-            after_lost_response: false,
-            hint: None,
-        }
+        ApiError::from_body(status, call.method.as_str(), &call.url, raw, retry_after)
     }
 }
 

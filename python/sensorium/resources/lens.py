@@ -15,17 +15,21 @@ Example::
 
 from __future__ import annotations
 
+import uuid
 import warnings
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import yaml
 
-from .._endpoints import Operation, Request, Resource, Runner, query, segment
+from .._core import NumericEvent
+from .._endpoints import Native, Operation, Request, Resource, Runner, query, segment
+from .._numeric import as_channels
 from .._waiting import wait_for
 from ..errors import InvalidArgumentError, LensEventError, SensoriumError
-from ..types import Lens, LensSession, StreamEvent, lens_session_status
+from ..types import REDACTED_KEY, Lens, LensSession, StreamEvent, lens_session_status
 
-__all__ = ["LensRuntime", "AsyncLensRuntime", "EventStream", "AsyncEventStream", "warn_deprecated"]
+__all__ = ["LensRuntime", "AsyncLensRuntime", "EventStream", "AsyncEventStream", "SessionSocket",
+           "AsyncSessionSocket", "warn_deprecated"]
 
 _warned = False
 
@@ -208,6 +212,31 @@ class Sessions(Resource):
         return kind(feed, last_event_id)
 
 
+    def connect(self, session_id: str, *, subprotocol: bool = False) -> Any:
+        """Opens the session's WebSocket (its ``session_endpoint``): a context manager (``async
+        with`` on ``AsyncClient``) whose calls each get their own reply. The key goes in the
+        ``Authorization`` header, or with ``subprotocol=True`` in ``Sec-WebSocket-Protocol``
+        (for proxies that drop the header on upgrades).
+
+        >>> with client.lens.sessions.connect(sid) as socket:  # doctest: +SKIP
+        ...     socket.update(np.random.rand(3, 256))
+        ...     print(socket.read())
+        """
+        _name(session_id, "session_id")
+        return self._drive(self._connect(session_id, bool(subprotocol)))
+
+    def _connect(self, session_id: str, subprotocol: bool) -> Operation[SessionSocket]:
+        session: LensSession = yield Request("GET", "/lens/sessions/info", query(session_id=session_id),
+                                             cast=LensSession.from_dict)
+        if not session.session_endpoint:
+            raise InvalidArgumentError(f"session_id: session {session_id} has no session_endpoint to connect to",
+                                       argument="session_id")
+        kind = AsyncSessionSocket if self._runner.asynchronous else SessionSocket
+        socket: SessionSocket = yield Native("connect_socket", (session.session_endpoint, subprotocol),
+                                             cast=lambda raw: kind(raw, session_id))
+        return socket
+
+
 class AsyncSessions(Sessions):
     """``async_client.lens.sessions``."""
 
@@ -333,3 +362,143 @@ class AsyncEventStream(EventStream):
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+def _scrub(value: Any) -> Any:
+    """A reply with any echoed key replaced (``session.status`` returns the record with it)."""
+    if isinstance(value, dict):
+        return {k: REDACTED_KEY if k == "api_key" and v is not None else _scrub(v) for k, v in value.items()}
+    return value
+
+
+def _event_data(reply: Any) -> Any:
+    """A helper's result: the reply's ``event_data``; a refusal (``type: error`` or
+    ``is_valid: false``) raised as ``LensEventError``."""
+    data = reply.get("event_data") if isinstance(reply, dict) else None
+    refused = isinstance(reply, dict) and reply.get("type") == "error"
+    if isinstance(data, dict) and data.get("is_valid") is False:
+        refused = True
+    if refused:
+        messages = data.get("error_messages") if isinstance(data, dict) else None
+        raise LensEventError([str(m) for m in messages] if isinstance(messages, list) and messages
+                             else ["the session refused the request"], body=reply)
+    return data
+
+
+def _input_event(event: Any) -> Any:
+    """``update``'s event: a ``{type, event_data}`` dict as given, or a numeric window (numpy,
+    pandas, lists) as a ``data.numeric_array`` event, converted as ``embed`` converts it."""
+    if isinstance(event, Mapping):
+        if not isinstance(event.get("type"), str) or not event["type"]:
+            raise InvalidArgumentError("event: needs a 'type' (such as 'data.numeric_array')", argument="event")
+        return dict(event)
+    if isinstance(event, NumericEvent):
+        return event
+    return NumericEvent(as_channels(event, "event"))
+
+
+class SessionSocket:
+    """A lens session's WebSocket (``client.lens.sessions.connect``). Each helper sends one
+    request and returns its reply's ``event_data`` (a refusal raises ``LensEventError``);
+    ``send`` returns any request's whole reply. One request is in flight at a time."""
+
+    _asynchronous = False
+
+    def __init__(self, socket: Any, session_id: str) -> None:
+        self._socket = socket
+        self.session_id = session_id
+        # One reader id per socket: reads continue where the last stopped; a new id replays.
+        self.client_id = f"sensorium-{uuid.uuid4().hex[:12]}"
+
+    def _request(self, request_type: str, event_data: Any, finish: Callable[[Any], Any]) -> Any:
+        if self._asynchronous:
+            async def run() -> Any:
+                return finish(_scrub(await self._socket.call(request_type, event_data, True)))
+
+            return run()
+        return finish(_scrub(self._socket.call(request_type, event_data, False)))
+
+    def send(self, type: str, event_data: Any = None) -> Any:
+        """Sends ``{type, event_data}`` and returns the whole reply (nothing raised for a refusal)."""
+        if not isinstance(type, str) or not type:
+            raise InvalidArgumentError("type: a request needs a type such as 'session.status'", argument="type")
+        return self._request(type, event_data, lambda reply: reply)
+
+    def status(self) -> Any:
+        """The session's record (``LensSession``)."""
+        return self._request("session.status", None, LensSession.from_dict)
+
+    def validate(self) -> Any:
+        """The session's health and model checks: ``{is_valid, error_messages}`` (not raised)."""
+        return self._request("session.validate", None, lambda reply: reply.get("event_data"))
+
+    def read(self, client_id: Optional[str] = None) -> Any:
+        """Outputs waiting in the session's mailbox since this reader's last read
+        (``{messages, client_id}``), or ``None``; a new ``client_id`` replays from the start."""
+        reader = self.client_id if client_id is None else _name(client_id, "client_id")
+        return self._request("session.read", {"client_id": reader}, _event_data)
+
+    def update(self, event: Any) -> Any:
+        """Pushes one input event: a ``{type, event_data}`` dict, or a numeric window (numpy
+        (channels, window), pandas (time, channels), lists) sent as ``data.numeric_array``."""
+        return self._request("session.update", _input_event(event), _event_data)
+
+    def modify(self, lens_config: Optional[Mapping[str, Any]] = None, **fields: Any) -> Any:
+        """Changes the running session's lens configuration (a whole ``lens_config`` or some of its
+        fields)."""
+        if lens_config is not None and not isinstance(lens_config, Mapping):
+            raise TypeError(f"lens_config: expected a dict, got {type(lens_config).__name__}")
+        body = {"lens_config": dict(lens_config)} if lens_config is not None else dict(fields)
+        if not body:
+            raise InvalidArgumentError("lens_config: give the configuration (or fields of it) to change",
+                                       argument="lens_config")
+        return self._request("session.modify", body, _event_data)
+
+    def set_input_stream(self, stream_type: str, stream_config: Mapping[str, Any]) -> Any:
+        """Feeds the session from a stream: ``csv_file_reader`` ``{file_id}``,
+        ``video_file_reader`` ``{file_id}``, ``rtsp_video_streamer`` ``{rtsp_url, ...}``."""
+        return self._request("input_stream.set", _stream(stream_type, stream_config), _event_data)
+
+    def set_output_stream(self, stream_type: str, stream_config: Mapping[str, Any]) -> Any:
+        """Where the session writes its outputs besides its channel."""
+        return self._request("output_stream.set", _stream(stream_type, stream_config), _event_data)
+
+    def model_query(self, **fields: Any) -> Any:
+        """A model query through the session (lenses with a model-query processor):
+        ``model_version``, ``template_name``, ``instruction``, ``focus``, ``max_new_tokens``,
+        ``data`` (``[{type: "base64_img", base64_img}]``), ``sensor_metadata``."""
+        return self._request("model.query", fields, _event_data)
+
+    def destroy(self) -> Any:
+        """Destroys the session (its streams end); close the socket afterwards."""
+        return self._request("session.destroy", None, _event_data)
+
+    def close(self) -> Any:
+        """Closes the socket with the close handshake."""
+        return self._socket.close(self._asynchronous)
+
+    def __enter__(self) -> SessionSocket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.session_id}>"
+
+
+def _stream(stream_type: Any, stream_config: Any) -> dict[str, Any]:
+    _name(stream_type, "stream_type")
+    return {"stream_type": stream_type, "stream_config": _parameters(stream_config, "stream_config")}
+
+
+class AsyncSessionSocket(SessionSocket):
+    """``SessionSocket`` whose calls are awaited; ``async with`` closes it."""
+
+    _asynchronous = True
+
+    async def __aenter__(self) -> AsyncSessionSocket:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,273 @@
+//! A lens session's WebSocket (`session_endpoint`): JSON requests `{type, event_data}`, one reply
+//! each, in order. One task always reads, so pings are answered (tungstenite queues the pong and
+//! flushes it on the next read) even while Python is idle, and every reply goes to the call that
+//! is waiting for it: a message no call waits for (a late reply to a call that timed out, an
+//! unsolicited heartbeat answer) is dropped, never handed to the next caller. Closing does the
+//! close handshake.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use super::error::{ApiError, Error};
+use super::secret::ApiKey;
+use super::transport::Transport;
+
+type Stream = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Where the credential goes (spec, Authentication 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credential {
+    /// `Authorization: Bearer <key>`.
+    Header,
+    /// `Sec-WebSocket-Protocol: authenticationauthorization.bearer.<key>, event-protocol-v1`, for
+    /// deployments (proxies) that drop the header on upgrades.
+    Subprotocol,
+}
+
+/// The reply a call waits for.
+struct Pending {
+    request_type: String,
+    reply: oneshot::Sender<Value>,
+}
+
+/// What the reader and the callers share.
+#[derive(Default)]
+struct Mailbox {
+    pending: Option<Pending>,
+    /// Replies still owed to calls that gave up waiting, by request type: replies come in order,
+    /// so the next reply of that type is the late one and is dropped.
+    owed: HashMap<String, u32>,
+    /// Why the socket stopped, once it has.
+    closed: Option<String>,
+}
+
+pub struct Socket {
+    sink: tokio::sync::Mutex<SplitSink<Stream, Message>>,
+    /// One request in flight at a time: the protocol pairs replies with requests only by order.
+    turn: tokio::sync::Mutex<()>,
+    mailbox: Arc<Mutex<Mailbox>>,
+    reader: Mutex<Option<JoinHandle<()>>>,
+    reply_timeout: Duration,
+}
+
+/// Whether `message` answers a `request_type` request: `<type>.response`, or for
+/// `session.status` the bare session record; an `error` message answers whatever was asked.
+fn answers(request_type: &str, message: &Value) -> bool {
+    match message.get("type").and_then(Value::as_str) {
+        Some("error") => true,
+        Some(kind) => kind.strip_suffix(".response") == Some(request_type),
+        None => request_type == "session.status" && message.get("session_id").is_some(),
+    }
+}
+
+fn reply_type(message: &Value) -> String {
+    match message.get("type").and_then(Value::as_str) {
+        Some(kind) => kind.strip_suffix(".response").unwrap_or(kind).to_string(),
+        None => "session.status".to_string(),
+    }
+}
+
+impl Mailbox {
+    fn deliver(&mut self, message: Value) {
+        let kind = reply_type(&message);
+        if let Some(owed) = self.owed.get_mut(&kind).filter(|n| **n > 0) {
+            *owed -= 1;
+            log::debug!("dropped a late reply to an earlier {kind} request");
+            return;
+        }
+        match self.pending.take() {
+            Some(p) if answers(&p.request_type, &message) => {
+                let _ = p.reply.send(message);
+            }
+            other => {
+                self.pending = other;
+                log::debug!("dropped a session socket message no call waits for ({kind})");
+            }
+        }
+    }
+}
+
+async fn read_all(mut stream: SplitStream<Stream>, mailbox: Arc<Mutex<Mailbox>>) {
+    let reason = loop {
+        match stream.next().await {
+            Some(Ok(Message::Text(text))) => deliver(&mailbox, text.as_bytes()),
+            Some(Ok(Message::Binary(bytes))) => deliver(&mailbox, &bytes),
+            Some(Ok(Message::Close(frame))) => {
+                break match frame {
+                    Some(f) => format!("the server closed the session socket ({} {})", u16::from(f.code), f.reason),
+                    None => "the server closed the session socket".to_string(),
+                }
+            }
+            Some(Ok(_)) => {} // pings (answered by tungstenite), pongs
+            Some(Err(e)) => break format!("the session socket broke: {e}"),
+            None => break "the session socket closed".to_string(),
+        }
+    };
+    let mut mailbox = mailbox.lock();
+    mailbox.closed = Some(reason);
+    // The waiting call learns from its reply channel closing.
+    mailbox.pending = None;
+}
+
+fn deliver(mailbox: &Mutex<Mailbox>, bytes: &[u8]) {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(message) => mailbox.lock().deliver(message),
+        Err(_) => log::debug!("dropped a session socket message that is not JSON ({} bytes)", bytes.len()),
+    }
+}
+
+impl Socket {
+    /// Opens `endpoint` (the session record's `session_endpoint`) with the client's key.
+    pub async fn connect(transport: &Transport, endpoint: &str, credential: Credential) -> Result<Socket, Error> {
+        if !(endpoint.starts_with("ws://") || endpoint.starts_with("wss://")) {
+            return Err(Error::unexpected("", format!("session_endpoint {endpoint:?} is not a ws:// or wss:// URL"), b""));
+        }
+        let mut request = endpoint
+            .into_client_request()
+            .map_err(|e| Error::unexpected("", format!("session_endpoint {endpoint:?} is not usable: {e}"), b""))?;
+        let key = transport.config.api_key.expose();
+        let (name, value) = match credential {
+            Credential::Header => ("authorization", format!("Bearer {key}")),
+            Credential::Subprotocol => {
+                ("sec-websocket-protocol", format!("authenticationauthorization.bearer.{key}, event-protocol-v1"))
+            }
+        };
+        let value = HeaderValue::from_str(&value)
+            .map_err(|_| Error::invalid_argument("api_key", "contains characters not allowed in an HTTP header"))?;
+        request.headers_mut().insert(name, value);
+        let connect = tokio_tungstenite::connect_async(request);
+        let (stream, _) = tokio::time::timeout(transport.config.timeouts.connect, connect)
+            .await
+            .map_err(|_| Error::Timeout { message: format!("connecting to the session socket {endpoint}") })?
+            .map_err(|e| handshake_error(endpoint, e, &transport.config.api_key))?;
+        let (sink, stream) = stream.split();
+        let mailbox = Arc::new(Mutex::new(Mailbox::default()));
+        let reader = tokio::spawn(read_all(stream, mailbox.clone()));
+        Ok(Socket {
+            sink: tokio::sync::Mutex::new(sink),
+            turn: tokio::sync::Mutex::new(()),
+            mailbox,
+            reader: Mutex::new(Some(reader)),
+            reply_timeout: transport.config.timeouts.total.unwrap_or(transport.config.timeouts.read),
+        })
+    }
+
+    /// Sends `{type, event_data}` (`event_data` as JSON text, `None` for none) and returns the
+    /// reply to it.
+    pub async fn call(&self, request_type: &str, event_data: Option<&str>) -> Result<Value, Error> {
+        let _turn = self.turn.lock().await;
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut mailbox = self.mailbox.lock();
+            if let Some(reason) = &mailbox.closed {
+                return Err(Error::Connection { message: reason.clone() });
+            }
+            mailbox.pending = Some(Pending { request_type: request_type.to_string(), reply: tx });
+        }
+        let kind = serde_json::to_string(request_type).unwrap_or_else(|_| "\"\"".into());
+        let frame = format!("{{\"type\":{kind},\"event_data\":{}}}", event_data.unwrap_or("null"));
+        if let Err(e) = self.sink.lock().await.send(Message::Text(frame.into())).await {
+            self.mailbox.lock().pending = None;
+            return Err(Error::Connection { message: format!("sending {request_type} on the session socket: {e}") });
+        }
+        match tokio::time::timeout(self.reply_timeout, rx).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(_)) => {
+                let reason = self.mailbox.lock().closed.clone().unwrap_or_else(|| "the session socket closed".into());
+                Err(Error::Connection { message: format!("no reply to {request_type}: {reason}") })
+            }
+            Err(_) => {
+                let mut mailbox = self.mailbox.lock();
+                mailbox.pending = None;
+                *mailbox.owed.entry(request_type.to_string()).or_default() += 1;
+                Err(Error::Timeout {
+                    message: format!("no reply to {request_type} within {:.0}s", self.reply_timeout.as_secs_f64()),
+                })
+            }
+        }
+    }
+
+    /// The close handshake: a close frame, then the server's, within a few seconds.
+    pub async fn close(&self) {
+        let _ = self.sink.lock().await.send(Message::Close(None)).await;
+        let reader = self.reader.lock().take();
+        if let Some(mut reader) = reader {
+            if tokio::time::timeout(Duration::from_secs(5), &mut reader).await.is_err() {
+                reader.abort();
+            }
+        }
+        self.mailbox.lock().closed.get_or_insert_with(|| "the session socket was closed".into());
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        if let Some(reader) = self.reader.get_mut().take() {
+            reader.abort();
+        }
+    }
+}
+
+/// A refused upgrade as the error the HTTP status means (401, 404 `session_not_found`, ...).
+fn handshake_error(endpoint: &str, e: tokio_tungstenite::tungstenite::Error, key: &ApiKey) -> Error {
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    match e {
+        WsError::Http(response) => {
+            let body = response.body().as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+            let raw = key.redact_in(&body);
+            Error::Api(ApiError::from_body(response.status().as_u16(), "GET", endpoint, raw, None))
+        }
+        other => Error::Connection { message: key.redact_in(&format!("connecting to the session socket {endpoint}: {other}")) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn waiting(mailbox: &mut Mailbox, request_type: &str) -> oneshot::Receiver<Value> {
+        let (tx, rx) = oneshot::channel();
+        mailbox.pending = Some(Pending { request_type: request_type.into(), reply: tx });
+        rx
+    }
+
+    #[test]
+    fn each_reply_goes_to_the_call_that_asked() {
+        let mut mailbox = Mailbox::default();
+        let mut rx = waiting(&mut mailbox, "session.read");
+        // A heartbeat answer nobody asked for must not become the read's reply.
+        mailbox.deliver(json!({"type": "session.heartbeat.response", "event_data": null}));
+        assert!(rx.try_recv().is_err());
+        mailbox.deliver(json!({"type": "session.read.response", "event_data": null}));
+        assert_eq!(rx.try_recv().unwrap()["type"], "session.read.response");
+
+        let mut rx = waiting(&mut mailbox, "session.status");
+        mailbox.deliver(json!({"session_id": "lsn-1", "session_status": "3"}));
+        assert_eq!(rx.try_recv().unwrap()["session_id"], "lsn-1");
+    }
+
+    #[test]
+    fn a_late_reply_is_dropped_not_handed_to_the_next_call() {
+        let mut mailbox = Mailbox::default();
+        mailbox.owed.insert("model.query".into(), 1);
+        let mut rx = waiting(&mut mailbox, "model.query");
+        mailbox.deliver(json!({"type": "model.query.response", "event_data": {"result": "late"}}));
+        assert!(rx.try_recv().is_err());
+        mailbox.deliver(json!({"type": "model.query.response", "event_data": {"result": "mine"}}));
+        assert_eq!(rx.try_recv().unwrap()["event_data"]["result"], "mine");
+    }
+}
