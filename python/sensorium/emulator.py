@@ -75,7 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--work-duration", type=float, default=None,
                    help="seconds each job (agent run, evaluation, optimization trial) spends running (default 0.2)")
-    p.add_argument("--page-size", type=int, default=None, help="default page size of the agents lists (default 100)")
+    p.add_argument("--page-size", type=int, default=None, help="default page size of every list (default 100)")
+    p.add_argument("--list-style", choices=("cursor", "offset"), default="cursor",
+                   help="how the batch lists page: cursor (releases from 1.1.11, the default) or offset (before)")
     return p
 
 
@@ -93,6 +95,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             models=_model_entries(args.model),
             work_duration=args.work_duration,
             page_size=args.page_size,
+            list_style=args.list_style,
         )
     except ValueError as e:
         parser.error(str(e))

@@ -107,12 +107,15 @@ class Emulator:
         models: Optional[Sequence[ModelSpec]] = None,
         work_duration: float = 0.2,
         page_size: Optional[int] = None,
+        list_style: Literal["cursor", "offset"] = "cursor",
     ) -> None:
         """``upload_part_size`` (bytes, default 400 MiB as live) and ``upload_url_ttl``
         (seconds, default 3600) shape the direct-to-cloud upload; tests use a few MiB so that
         small files span several parts. ``models``: see the class docstring. ``work_duration`` is
         the seconds every job (agent run, evaluation, optimization trial) spends running;
-        ``page_size`` the default page size of the agents lists (small values give several pages).
+        ``page_size`` the default page size of every list (small values give several pages);
+        ``list_style`` how the batch lists page: ``"cursor"`` (``{data, has_more, next_cursor}``,
+        releases from 1.1.11) or ``"offset"`` (``{total, offset, limit, <entity>: [...]}``, before).
 
         Example::
 
@@ -130,6 +133,7 @@ class Emulator:
             models=_model_list(models),
             work_duration=work_duration,
             page_size=page_size,
+            list_style=list_style,
         )
 
     @property
@@ -266,6 +270,17 @@ class Emulator:
             # a PUT to an old URL now answers 403; POST .../parts/urls gives working ones
         """
         self._server.expire_upload_urls()
+
+    def expire_output_urls(self) -> None:
+        """Expire every batch output URL issued so far: fetching one answers 403
+        ``AccessDenied``; listing the job's outputs again gives working URLs.
+
+        Example::
+
+            emu.expire_output_urls()
+            # urllib.request.urlopen(old_output.ref) now raises HTTPError 403
+        """
+        self._server.expire_output_urls()
 
     def clear_faults(self) -> None:
         self._server.clear_faults()

@@ -25,6 +25,7 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/fail_queries", post(fail_queries))
         .route("/query_delay", post(query_delay))
         .route("/expire_upload_urls", post(expire_upload_urls))
+        .route("/expire_output_urls", post(expire_output_urls))
 }
 
 fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
@@ -185,6 +186,12 @@ async fn query_delay(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> R
 /// `/_storage/*/N`).
 async fn expire_upload_urls(State(shared): State<Arc<Shared>>) -> Json<Value> {
     shared.url_signer.expire_all();
+    Json(json!({ "expired": true }))
+}
+
+/// Every batch output URL issued so far answers 403 (listing the outputs again signs fresh ones).
+async fn expire_output_urls(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    shared.batch.signer.expire_all();
     Json(json!({ "expired": true }))
 }
 

@@ -29,6 +29,30 @@ pub struct EmulatorOptions {
     pub work_duration: Duration,
     /// Default page size of the agents lists (the platform's 100 when `None`).
     pub page_size: Option<usize>,
+    /// How the batch lists page: the cursor style of 1.1.11 on, or the offset style before it.
+    pub list_style: ListStyle,
+}
+
+/// The two list styles the platform's releases used for batch lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ListStyle {
+    /// `{data, has_more, next_cursor}`, paged with `?limit=N&cursor=<next_cursor>` (1.1.11 on).
+    #[default]
+    Cursor,
+    /// `{total, offset, limit, <entity>: [...]}`, paged with `?offset=N&limit=N` (before 1.1.11).
+    Offset,
+}
+
+impl std::str::FromStr for ListStyle {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cursor" => Ok(ListStyle::Cursor),
+            "offset" => Ok(ListStyle::Offset),
+            other => Err(format!("list_style is {other:?}; it takes \"cursor\" or \"offset\"")),
+        }
+    }
 }
 
 /// CHOICES: "Default small (0.2 s)".
@@ -52,6 +76,7 @@ impl Default for EmulatorOptions {
             models: None,
             work_duration: DEFAULT_WORK_DURATION,
             page_size: None,
+            list_style: ListStyle::Cursor,
         }
     }
 }

@@ -10,6 +10,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
 use super::agents::Agents;
+use super::batch::BatchStore;
 use super::fine_tuning::FineTuningStore;
 use super::auth::{KeyInfo, Role};
 use super::jobs::Executor;
@@ -19,7 +20,7 @@ use super::faults::FaultSet;
 use super::files::direct::registry::Registry;
 use super::files::direct::signing::Signer;
 use super::files::store::FileStore;
-use super::options::EmulatorOptions;
+use super::options::{EmulatorOptions, ListStyle};
 use super::recorder::Recorder;
 
 /// Organization of the key the emulator starts with.
@@ -52,6 +53,9 @@ pub(crate) struct Shared {
     pub jobs: Arc<Executor>,
     pub agents: Agents,
     pub fine_tuning: FineTuningStore,
+    pub batch: BatchStore,
+    /// How the batch lists page (`Emulator(list_style=...)`).
+    pub list_style: ListStyle,
     /// Default page size of every list (`Emulator(page_size=...)`; the platform's 100).
     pub page_size: usize,
 }
@@ -62,6 +66,7 @@ impl Shared {
         let mut keys = HashMap::new();
         keys.insert(default_key.clone(), KeyInfo { org: DEFAULT_ORG.to_string(), role: Role::Admin });
         let shutdown = CancellationToken::new();
+        let outputs_dir = data_dir.join("batch-outputs");
         Shared {
             max_upload_bytes: opts.max_upload_bytes,
             keys: RwLock::new(keys),
@@ -82,6 +87,8 @@ impl Shared {
             jobs: Arc::new(Executor::new(opts.work_duration, shutdown.clone())),
             agents: Agents::new(),
             fine_tuning: FineTuningStore::default(),
+            batch: BatchStore::new(outputs_dir),
+            list_style: opts.list_style,
             page_size: opts.page_size.unwrap_or(DEFAULT_LIMIT),
             shutdown,
         }
