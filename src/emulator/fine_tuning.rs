@@ -454,4 +454,21 @@ mod tests {
         }
         assert_eq!(transition("PAUSED", Move::Complete), None, "a paused job does not complete");
     }
+
+    #[test]
+    fn a_checkpoints_training_window_and_labels() {
+        let store = FineTuningStore::default();
+        let job = |org: &str, window: Value, checkpoint: &str| JobRec {
+            org: org.into(), created: std::time::SystemTime::now(),
+            json: json!({"method": {"type": "head", "head": {"reader": {"window_size": window}}}}),
+            labels: vec!["idle".into(), "busy".into(), "idle".into()], events: vec![],
+            checkpoints: vec![json!({"id": checkpoint})], metrics: vec![],
+        };
+        store.jobs.lock().extend([job("a", json!(32), "ckp_1"), job("a", json!("auto"), "ckp_2")]);
+        let trained = store.checkpoint_training("a", "ckp_1").unwrap();
+        assert_eq!(trained, Training { window_size: Some(32), labels: vec!["idle".into(), "busy".into()] });
+        assert_eq!(store.checkpoint_training("a", "ckp_2").unwrap().window_size, None, "auto: the reader's default");
+        assert_eq!(store.checkpoint_training("b", "ckp_1"), None, "another organization's checkpoint");
+        assert_eq!(store.checkpoint_training("a", "ckp_3"), None);
+    }
 }

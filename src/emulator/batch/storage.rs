@@ -12,13 +12,13 @@ use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::store::OutputRec;
 use crate::emulator::agents::store::timestamp;
 use crate::emulator::files::direct::signing::Denied;
-use crate::emulator::files::direct::storage::now_unix;
+use crate::emulator::files::direct::storage::{now_unix, signed_params, xml_error};
 use crate::emulator::state::Shared;
 
 /// How long a listed output URL stays valid; the notes do not give the live value.
@@ -41,23 +41,6 @@ pub(crate) fn presign(shared: &Shared, output: &OutputRec) -> (String, String) {
     url.query_pairs_mut().append_pair("expires", &expires.to_string()).append_pair("signature", &signature);
     let expires_at = timestamp(SystemTime::UNIX_EPOCH + Duration::from_secs(expires));
     (url.to_string(), expires_at)
-}
-
-fn xml_error(status: StatusCode, code: &str, message: &str) -> Response {
-    let body = format!("<Error><Code>{code}</Code><Message>{message}</Message></Error>");
-    (status, [(header::CONTENT_TYPE, "application/xml")], body).into_response()
-}
-
-fn signed_params(query: &str) -> Option<(u64, String)> {
-    let (mut expires, mut signature) = (None, None);
-    for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
-        match name.as_ref() {
-            "expires" => expires = value.parse::<u64>().ok(),
-            "signature" => signature = Some(value.into_owned()),
-            _ => {}
-        }
-    }
-    Some((expires?, signature?))
 }
 
 /// `bytes=a-b`, `bytes=a-` or `bytes=-n` of a `len`-byte object as `(start, end inclusive)`;
