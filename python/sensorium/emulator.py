@@ -75,13 +75,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--work-duration", type=float, default=None,
                    help="seconds each job (agent run, evaluation, optimization trial) spends running (default 0.2)")
-    p.add_argument("--page-size", type=int, default=None, help="default page size of the agents lists (default 100)")
+    p.add_argument("--page-size", type=int, default=None, help="default page size of every list (default 100)")
     p.add_argument("--session-ttl-sec", type=float, default=None,
                    help="seconds without events after which a lens session expires (default 86400)")
     p.add_argument("--lens-heartbeat-interval", type=float, default=None,
                    help="seconds between heartbeats of an idle lens SSE stream (default 1)")
     p.add_argument("--lens-status-style", choices=["enum", "number"], default="enum",
                    help="spelling of lens session_status: enum string or bare number (default enum)")
+    p.add_argument("--list-style", choices=("cursor", "offset"), default="cursor",
+                   help="how the batch lists page: cursor (releases from 1.1.11, the default) or offset (before)")
     return p
 
 
@@ -102,6 +104,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             session_ttl_sec=args.session_ttl_sec,
             lens_heartbeat_interval=args.lens_heartbeat_interval,
             lens_status_style=args.lens_status_style,
+            list_style=args.list_style,
         )
     except ValueError as e:
         parser.error(str(e))

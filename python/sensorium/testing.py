@@ -111,12 +111,15 @@ class Emulator:
         session_ttl_sec: Optional[float] = None,
         lens_heartbeat_interval: Optional[float] = None,
         lens_status_style: LensStatusStyle = "enum",
+        list_style: Literal["cursor", "offset"] = "cursor",
     ) -> None:
         """``upload_part_size`` (bytes, default 400 MiB as live) and ``upload_url_ttl``
         (seconds, default 3600) shape the direct-to-cloud upload; tests use a few MiB so that
         small files span several parts. ``models``: see the class docstring. ``work_duration`` is
         the seconds every job (agent run, evaluation, optimization trial) spends running;
-        ``page_size`` the default page size of the agents lists (small values give several pages).
+        ``page_size`` the default page size of every list (small values give several pages);
+        ``list_style`` how the batch lists page: ``"cursor"`` (``{data, has_more, next_cursor}``,
+        releases from 1.1.11) or ``"offset"`` (``{total, offset, limit, <entity>: [...]}``, before).
         Lens sessions expire after ``session_ttl_sec`` seconds without events (default 86400, as
         live); an idle SSE stream sends a heartbeat every ``lens_heartbeat_interval`` seconds
         (default 1); ``lens_status_style`` spells ``session_status`` as the enum string
@@ -142,6 +145,7 @@ class Emulator:
             session_ttl_sec=session_ttl_sec,
             lens_heartbeat_interval=lens_heartbeat_interval,
             lens_status_style=lens_status_style,
+            list_style=list_style,
         )
 
     @property
@@ -278,6 +282,17 @@ class Emulator:
             # a PUT to an old URL now answers 403; POST .../parts/urls gives working ones
         """
         self._server.expire_upload_urls()
+
+    def expire_output_urls(self) -> None:
+        """Expire every batch output URL issued so far: fetching one answers 403
+        ``AccessDenied``; listing the job's outputs again gives working URLs.
+
+        Example::
+
+            emu.expire_output_urls()
+            # urllib.request.urlopen(old_output.ref) now raises HTTPError 403
+        """
+        self._server.expire_output_urls()
 
     def clear_faults(self) -> None:
         self._server.clear_faults()

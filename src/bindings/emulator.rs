@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::bindings::convert::py_to_value;
 use crate::bindings::runtime;
-use crate::emulator::{Catalogue, Emulator, EmulatorOptions, FaultAction, FaultRule, LensStatusStyle, Role};
+use crate::emulator::{Catalogue, Emulator, EmulatorOptions, FaultAction, FaultRule, LensStatusStyle, ListStyle, Role};
 
 #[pyclass(name = "EmulatorServer", module = "sensorium._core", frozen)]
 pub struct EmulatorServer {
@@ -67,7 +67,7 @@ fn fault_rule(
 #[pymethods]
 impl EmulatorServer {
     #[new]
-    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None, models=None, work_duration=None, page_size=None, session_ttl_sec=None, lens_heartbeat_interval=None, lens_status_style="enum"))]
+    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None, models=None, work_duration=None, page_size=None, session_ttl_sec=None, lens_heartbeat_interval=None, lens_status_style="enum", list_style="cursor"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -84,7 +84,9 @@ impl EmulatorServer {
         session_ttl_sec: Option<f64>,
         lens_heartbeat_interval: Option<f64>,
         lens_status_style: &str,
+        list_style: &str,
     ) -> PyResult<Self> {
+        let list_style = list_style.parse::<ListStyle>().map_err(PyValueError::new_err)?;
         if page_size.is_some_and(|n| !(1..=1000).contains(&n)) {
             return Err(PyValueError::new_err("page_size must be from 1 to 1000"));
         }
@@ -119,6 +121,7 @@ impl EmulatorServer {
                 None => defaults.lens_heartbeat_interval,
             },
             lens_status_style: lens_status_style.parse::<LensStatusStyle>().map_err(PyValueError::new_err)?,
+            list_style,
         };
         let emulator = runtime::wait(py, "Emulator()", async move {
             Emulator::start(opts)
@@ -200,6 +203,10 @@ impl EmulatorServer {
 
     fn expire_upload_urls(&self) {
         self.emulator.expire_upload_urls();
+    }
+
+    fn expire_output_urls(&self) {
+        self.emulator.expire_output_urls();
     }
 
     fn clear_faults(&self) {

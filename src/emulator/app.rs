@@ -13,7 +13,7 @@ use super::api_error::ApiError;
 use super::files::direct::{routes as direct, storage};
 use super::files::{routes as files, upload};
 use super::state::Shared;
-use super::{agents, control, fine_tuning, lens, models, query};
+use super::{agents, batch, control, fine_tuning, job_list, lens, models, query};
 
 pub const API_PREFIX: &str = "/v0.5";
 
@@ -34,7 +34,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/files/uploads/{upload_id}/abort", post(direct::abort))
         .route("/models", get(models::list))
         .nest("/agents", agents::routes::router())
-        .route("/jobs", get(fine_tuning::all_jobs))
+        .nest("/batch", batch::routes::router())
+        .route("/jobs", get(job_list::all_jobs))
         .nest("/lens", lens::routes::router())
         // Uploads and /query enforce their own limits with the spec's error shapes.
         .layer(DefaultBodyLimit::disable());
@@ -49,6 +50,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
             "/_storage/{upload_id}/{part_number}",
             put(storage::put_part).layer(DefaultBodyLimit::disable()),
         )
+        // Batch output URLs: presigned, fetched without the platform's Authorization header.
+        .route("/_storage/batch/{output_id}/{filename}", get(batch::storage::get_output))
         .nest("/_emulator", control::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

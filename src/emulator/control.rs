@@ -28,6 +28,7 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/expire_upload_urls", post(expire_upload_urls))
         .route("/drop_streams", post(drop_streams))
         .route("/lens_status_style", post(lens_status_style))
+        .route("/expire_output_urls", post(expire_output_urls))
 }
 
 fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
@@ -217,6 +218,12 @@ async fn lens_status_style(State(shared): State<Arc<Shared>>, body: bytes::Bytes
         .map_err(ApiError::invalid_request)?;
     *shared.lens.status_style.lock() = style;
     Ok(Json(json!({ "style": style.as_str() })))
+}
+
+/// Every batch output URL issued so far answers 403 (listing the outputs again signs fresh ones).
+async fn expire_output_urls(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    shared.batch.signer.expire_all();
+    Json(json!({ "expired": true }))
 }
 
 #[cfg(test)]

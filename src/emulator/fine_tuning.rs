@@ -65,7 +65,10 @@ fn unix_now() -> u64 {
 
 struct JobRec {
     org: String,
+    created: std::time::SystemTime,
     json: Value,
+    /// Labels of the n-shot training files: a checkpoint's classes when a batch job uses it.
+    labels: Vec<String>,
     events: Vec<Value>,
     checkpoints: Vec<Value>,
     metrics: Vec<Value>,
@@ -97,6 +100,43 @@ impl JobRec {
 #[derive(Default)]
 pub(crate) struct FineTuningStore {
     jobs: Mutex<Vec<JobRec>>,
+}
+
+/// What a batch job needs of the training behind a checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Training {
+    /// `method.<head|knn>.reader.window_size` as an integer; `None` for `auto` (the reader's
+    /// default window).
+    pub window_size: Option<u64>,
+    /// The classes of the n-shot training files, in order, without repeats.
+    pub labels: Vec<String>,
+}
+
+impl FineTuningStore {
+    /// The training of checkpoint `checkpoint_id` of `org`; `None` when the organization has no
+    /// such checkpoint.
+    pub fn checkpoint_training(&self, org: &str, checkpoint_id: &str) -> Option<Training> {
+        let jobs = self.jobs.lock();
+        let job = jobs.iter().find(|j| j.org == org && j.checkpoints.iter().any(|c| c["id"] == json!(checkpoint_id)))?;
+        let method = &job.json["method"];
+        let reader = method.get("type").and_then(Value::as_str).map(|kind| &method[kind]["reader"]);
+        let window_size = reader.and_then(|r| r.get("window_size")).and_then(|w| match w {
+            Value::String(s) => s.parse::<u64>().ok(),
+            other => other.as_u64(),
+        });
+        let mut labels: Vec<String> = Vec::new();
+        for label in &job.labels {
+            if !labels.contains(label) {
+                labels.push(label.clone());
+            }
+        }
+        Some(Training { window_size, labels })
+    }
+
+    /// Every job of `org` with its creation time, for `GET /jobs`.
+    pub fn listed(&self, org: &str) -> Vec<(std::time::SystemTime, Value)> {
+        self.jobs.lock().iter().filter(|j| j.org == org).map(|j| (j.created, j.json.clone())).collect()
+    }
 }
 
 pub(crate) fn router() -> Router<Arc<Shared>> {
@@ -223,7 +263,10 @@ async fn create(State(shared): State<Arc<Shared>>, headers: HeaderMap, raw: axum
         "method": body.get("method"),
     });
     let id = job["id"].as_str().unwrap_or_default().to_string();
-    let mut rec = JobRec { org, json: job.clone(), events: Vec::new(), checkpoints: Vec::new(), metrics: Vec::new() };
+    let labels = body.get("training_files").and_then(Value::as_array).into_iter().flatten()
+        .filter_map(|f| f.get("label").and_then(Value::as_str).map(str::to_string)).collect();
+    let mut rec = JobRec { org, created: std::time::SystemTime::now(), json: job.clone(), labels, events: Vec::new(),
+                           checkpoints: Vec::new(), metrics: Vec::new() };
     rec.event("INFO", "job.created", "Job created.".into(), None);
     shared.fine_tuning.jobs.lock().push(rec);
     shared.jobs.spawn("fine_tuning", Arc::new(TuningJob { shared: shared.clone(), id }), None);
@@ -411,16 +454,21 @@ mod tests {
         }
         assert_eq!(transition("PAUSED", Move::Complete), None, "a paused job does not complete");
     }
-}
 
-/// `GET /jobs` (on `/v0.5`): every job of the organization, newest first; `status` matches
-/// case-insensitively (`PAUSED` and `INTERRUPTED` included). Batch jobs join when batch exists.
-pub(crate) async fn all_jobs(State(shared): State<Arc<Shared>>, headers: HeaderMap, RawQuery(q): RawQuery) -> Answer {
-    let org = auth::require_org(&shared, &headers)?;
-    let params = Params::parse(q.as_deref());
-    let jobs = shared.fine_tuning.jobs.lock();
-    let items = jobs.iter().rev()
-        .filter(|j| j.org == org && params.get("status").is_none_or(|s| j.status().eq_ignore_ascii_case(s)))
-        .map(|j| (j.json["id"].as_str().unwrap_or_default().to_string(), j.json.clone())).collect();
-    Ok(Json(page(items, &params, shared.page_size)?).into_response())
+    #[test]
+    fn a_checkpoints_training_window_and_labels() {
+        let store = FineTuningStore::default();
+        let job = |org: &str, window: Value, checkpoint: &str| JobRec {
+            org: org.into(), created: std::time::SystemTime::now(),
+            json: json!({"method": {"type": "head", "head": {"reader": {"window_size": window}}}}),
+            labels: vec!["idle".into(), "busy".into(), "idle".into()], events: vec![],
+            checkpoints: vec![json!({"id": checkpoint})], metrics: vec![],
+        };
+        store.jobs.lock().extend([job("a", json!(32), "ckp_1"), job("a", json!("auto"), "ckp_2")]);
+        let trained = store.checkpoint_training("a", "ckp_1").unwrap();
+        assert_eq!(trained, Training { window_size: Some(32), labels: vec!["idle".into(), "busy".into()] });
+        assert_eq!(store.checkpoint_training("a", "ckp_2").unwrap().window_size, None, "auto: the reader's default");
+        assert_eq!(store.checkpoint_training("b", "ckp_1"), None, "another organization's checkpoint");
+        assert_eq!(store.checkpoint_training("a", "ckp_3"), None);
+    }
 }

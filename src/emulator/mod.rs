@@ -8,10 +8,12 @@ mod agents;
 mod api_error;
 mod app;
 mod auth;
+mod batch;
 mod catalogue;
 mod control;
 mod faults;
 mod fine_tuning;
+mod job_list;
 mod jobs;
 mod files;
 mod lens;
@@ -36,7 +38,7 @@ pub use auth::Role;
 pub use catalogue::{Catalogue, ModelEntry};
 pub use faults::{FaultAction, FaultRule};
 pub use lens::{StatusStyle as LensStatusStyle, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_SESSION_TTL};
-pub use options::{EmulatorOptions, DEFAULT_UPLOAD_PART_SIZE, DEFAULT_UPLOAD_URL_TTL};
+pub use options::{EmulatorOptions, ListStyle, DEFAULT_UPLOAD_PART_SIZE, DEFAULT_UPLOAD_URL_TTL};
 pub use recorder::{RecordedRequest, BODY_CAPTURE_LIMIT};
 pub use state::DEFAULT_ORG;
 
@@ -118,6 +120,12 @@ impl Emulator {
     /// Every part URL issued so far is expired; URLs issued later are valid as usual.
     pub fn expire_upload_urls(&self) {
         self.inner.shared.url_signer.expire_all();
+    }
+
+    /// Every batch output URL issued so far answers 403; listing the outputs again issues
+    /// working ones.
+    pub fn expire_output_urls(&self) {
+        self.inner.shared.batch.signer.expire_all();
     }
 
     pub fn clear_faults(&self) {

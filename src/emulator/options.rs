@@ -36,6 +36,30 @@ pub struct EmulatorOptions {
     pub lens_heartbeat_interval: Duration,
     /// Spelling of lens `session_status` (enum string or bare number).
     pub lens_status_style: StatusStyle,
+    /// How the batch lists page: the cursor style of 1.1.11 on, or the offset style before it.
+    pub list_style: ListStyle,
+}
+
+/// The two list styles the platform's releases used for batch lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ListStyle {
+    /// `{data, has_more, next_cursor}`, paged with `?limit=N&cursor=<next_cursor>` (1.1.11 on).
+    #[default]
+    Cursor,
+    /// `{total, offset, limit, <entity>: [...]}`, paged with `?offset=N&limit=N` (before 1.1.11).
+    Offset,
+}
+
+impl std::str::FromStr for ListStyle {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cursor" => Ok(ListStyle::Cursor),
+            "offset" => Ok(ListStyle::Offset),
+            other => Err(format!("list_style is {other:?}; it takes \"cursor\" or \"offset\"")),
+        }
+    }
 }
 
 /// CHOICES: "Default small (0.2 s)".
@@ -62,6 +86,7 @@ impl Default for EmulatorOptions {
             session_ttl: DEFAULT_SESSION_TTL,
             lens_heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             lens_status_style: StatusStyle::Enum,
+            list_style: ListStyle::Cursor,
         }
     }
 }

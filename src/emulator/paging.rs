@@ -24,6 +24,13 @@ impl Params {
         Params { pairs }
     }
 
+    /// The same parameters with `from` read as `to` (the batch lists' `cursor` is the
+    /// `after` of the other cursor lists).
+    pub fn renamed(&self, from: &str, to: &str) -> Params {
+        let pairs = self.pairs.iter().map(|(k, v)| (if k == from { to.to_string() } else { k.clone() }, v.clone())).collect();
+        Params { pairs }
+    }
+
     /// A non-empty value of `name`.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.pairs.iter().find(|(k, v)| k == name && !v.is_empty()).map(|(_, v)| v.as_str())

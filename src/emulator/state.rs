@@ -10,6 +10,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
 use super::agents::Agents;
+use super::batch::BatchStore;
 use super::fine_tuning::FineTuningStore;
 use super::auth::{KeyInfo, Role};
 use super::jobs::Executor;
@@ -20,7 +21,7 @@ use super::faults::FaultSet;
 use super::files::direct::registry::Registry;
 use super::files::direct::signing::Signer;
 use super::files::store::FileStore;
-use super::options::EmulatorOptions;
+use super::options::{EmulatorOptions, ListStyle};
 use super::recorder::Recorder;
 
 /// Organization of the key the emulator starts with.
@@ -54,6 +55,9 @@ pub(crate) struct Shared {
     pub agents: Agents,
     pub fine_tuning: FineTuningStore,
     pub lens: Lens,
+    pub batch: BatchStore,
+    /// How the batch lists page (`Emulator(list_style=...)`).
+    pub list_style: ListStyle,
     /// Default page size of every list (`Emulator(page_size=...)`; the platform's 100).
     pub page_size: usize,
 }
@@ -64,6 +68,7 @@ impl Shared {
         let mut keys = HashMap::new();
         keys.insert(default_key.clone(), KeyInfo { org: DEFAULT_ORG.to_string(), role: Role::Admin });
         let shutdown = CancellationToken::new();
+        let outputs_dir = data_dir.join("batch-outputs");
         Shared {
             max_upload_bytes: opts.max_upload_bytes,
             keys: RwLock::new(keys),
@@ -85,6 +90,8 @@ impl Shared {
             agents: Agents::new(),
             fine_tuning: FineTuningStore::default(),
             lens: Lens::new(opts.session_ttl, opts.lens_heartbeat_interval, opts.lens_status_style),
+            batch: BatchStore::new(outputs_dir),
+            list_style: opts.list_style,
             page_size: opts.page_size.unwrap_or(DEFAULT_LIMIT),
             shutdown,
         }

@@ -40,7 +40,7 @@ pub(crate) fn part_url(shared: &Shared, upload_id: &str, n: u32, expires: u64) -
 }
 
 /// An object-store error: `<Error><Code>..</Code><Message>..</Message></Error>`.
-fn xml_error(status: StatusCode, code: &str, message: &str) -> Response {
+pub(crate) fn xml_error(status: StatusCode, code: &str, message: &str) -> Response {
     let body = format!("<Error><Code>{code}</Code><Message>{message}</Message></Error>");
     (status, [(header::CONTENT_TYPE, "application/xml")], body).into_response()
 }
@@ -54,7 +54,7 @@ fn no_such_upload() -> Response {
 }
 
 /// `expires` and `signature` from the query string.
-fn signed_params(query: &str) -> Option<(u64, String)> {
+pub(crate) fn signed_params(query: &str) -> Option<(u64, String)> {
     let mut expires = None;
     let mut signature = None;
     for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
