@@ -76,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--work-duration", type=float, default=None,
                    help="seconds each job (agent run, evaluation, optimization trial) spends running (default 0.2)")
     p.add_argument("--page-size", type=int, default=None, help="default page size of the agents lists (default 100)")
+    p.add_argument("--rate-limit", type=float, default=None,
+                   help="requests per second per organization (bursts of at most as many); beyond it 429 "
+                   "with Retry-After (default: no limit)")
+    p.add_argument("--max-query-size-mb", type=float, default=None,
+                   help="the server's MAX_QUERY_SIZE_MB: combined prompt and encoder request bodies above it "
+                   "get 413 (default: 0.04 MB prompts, encoder bodies unlimited)")
     return p
 
 
@@ -93,6 +99,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             models=_model_entries(args.model),
             work_duration=args.work_duration,
             page_size=args.page_size,
+            rate_limit=args.rate_limit,
+            max_query_size_mb=args.max_query_size_mb,
         )
     except ValueError as e:
         parser.error(str(e))

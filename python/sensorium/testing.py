@@ -107,18 +107,28 @@ class Emulator:
         models: Optional[Sequence[ModelSpec]] = None,
         work_duration: float = 0.2,
         page_size: Optional[int] = None,
+        rate_limit: Optional[float] = None,
+        max_query_size_mb: Optional[float] = None,
     ) -> None:
         """``upload_part_size`` (bytes, default 400 MiB as live) and ``upload_url_ttl``
         (seconds, default 3600) shape the direct-to-cloud upload; tests use a few MiB so that
         small files span several parts. ``models``: see the class docstring. ``work_duration`` is
         the seconds every job (agent run, evaluation, optimization trial) spends running;
         ``page_size`` the default page size of the agents lists (small values give several pages).
+        ``rate_limit`` turns on a per-organization limit of that many requests per second (bursts
+        of at most that many), answered beyond it with 429 and ``Retry-After``.
+        ``max_query_size_mb`` is the server setting of the spec's ``/query`` size limit: the
+        combined prompt and the whole body of an encoder request above it get 413 (a request's
+        own ``max_query_size_mb`` field overrides it); unset, encoder bodies are not limited.
 
         Example::
 
             with Emulator(work_duration=2, page_size=5) as emu:
                 emu.fail_next_job("agent", error="GPU fell over")   # the next run ends failed
                 emu.lag_agent_status(10)   # records say "running" 10 s after a run ended
+
+            with Emulator(rate_limit=20, max_query_size_mb=0.04) as emu:
+                ...   # 429 past 20 requests/s; a (4, 1024) window in one request gets 413
         """
         self._server = EmulatorServer(
             port=port,
@@ -130,6 +140,8 @@ class Emulator:
             models=_model_list(models),
             work_duration=work_duration,
             page_size=page_size,
+            rate_limit=rate_limit,
+            max_query_size_mb=max_query_size_mb,
         )
 
     @property

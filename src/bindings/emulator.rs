@@ -67,7 +67,7 @@ fn fault_rule(
 #[pymethods]
 impl EmulatorServer {
     #[new]
-    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None, models=None, work_duration=None, page_size=None))]
+    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None, models=None, work_duration=None, page_size=None, rate_limit=None, max_query_size_mb=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -81,7 +81,14 @@ impl EmulatorServer {
         models: Option<&Bound<'_, PyAny>>,
         work_duration: Option<f64>,
         page_size: Option<usize>,
+        rate_limit: Option<f64>,
+        max_query_size_mb: Option<f64>,
     ) -> PyResult<Self> {
+        for (name, value) in [("rate_limit", rate_limit), ("max_query_size_mb", max_query_size_mb)] {
+            if value.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+                return Err(PyValueError::new_err(format!("{name} must be a positive number, got {value:?}")));
+            }
+        }
         if page_size.is_some_and(|n| !(1..=1000).contains(&n)) {
             return Err(PyValueError::new_err("page_size must be from 1 to 1000"));
         }
@@ -106,6 +113,8 @@ impl EmulatorServer {
                 None => defaults.work_duration,
             },
             page_size,
+            rate_limit,
+            max_query_size_mb,
         };
         let emulator = runtime::wait(py, "Emulator()", async move {
             Emulator::start(opts)

@@ -29,6 +29,14 @@ pub struct EmulatorOptions {
     pub work_duration: Duration,
     /// Default page size of the agents lists (the platform's 100 when `None`).
     pub page_size: Option<usize>,
+    /// Requests per second per organization, bursts of at most this many; beyond it 429 with
+    /// `Retry-After`. `None`: no limit (the spec records both a limit and its absence).
+    pub rate_limit: Option<f64>,
+    /// The server setting `MAX_QUERY_SIZE_MB`: when set, it bounds the combined prompt (instead
+    /// of the spec's typical 0.04) and the whole body of an encoder request, 413 above it; a
+    /// request's own `max_query_size_mb` overrides it, as the spec says. `None`: encoder bodies
+    /// are bounded only by the transport limit.
+    pub max_query_size_mb: Option<f64>,
 }
 
 /// CHOICES: "Default small (0.2 s)".
@@ -52,6 +60,8 @@ impl Default for EmulatorOptions {
             models: None,
             work_duration: DEFAULT_WORK_DURATION,
             page_size: None,
+            rate_limit: None,
+            max_query_size_mb: None,
         }
     }
 }
