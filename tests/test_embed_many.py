@@ -229,3 +229,42 @@ def test_unaligned_arrays_are_read_safely(emu, client_kind):
     assert not unaligned.flags.aligned
     got = run_on(client_kind, lambda c: c.embed_many(ENCODER, unaligned, per_channel=True), **options(emu))
     np.testing.assert_array_equal(got, one_by_one(emu, WINDOWS[:2]))
+
+
+def test_progress_true_shows_a_tqdm_bar_by_window(emu, capsys):
+    pytest.importorskip("tqdm")
+    with emu.client() as c:
+        c.embed_many(ENCODER, WINDOWS, progress=True)
+    err = capsys.readouterr().err
+    assert "embed_many" in err and "12/12" in err and "window" in err
+
+
+@pytest.mark.timeout(60)
+def test_rate_limit_and_size_limit_from_the_command_line():
+    import signal
+    import subprocess
+    import sys
+
+    from sensorium import Client
+    from sensorium.errors import RateLimitError
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sensorium.emulator", "--rate-limit", "2", "--max-query-size-mb", "0.01"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        env = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(2))
+        with Client(env["SENSORIUM_API_KEY"], env["SENSORIUM_BASE_URL"], max_retries=0) as c:
+            small = RNG.normal(size=(1, 16))
+            c.embed(ENCODER, small)
+            c.embed(ENCODER, small)  # the burst of 2
+            with pytest.raises(RateLimitError) as info:
+                c.embed(ENCODER, small)
+            assert info.value.retry_after is not None and 0 < info.value.retry_after <= 0.5
+        with Client(env["SENSORIUM_API_KEY"], env["SENSORIUM_BASE_URL"]) as c:
+            with pytest.raises(PayloadTooLargeError):
+                c.embed(ENCODER, RNG.normal(size=(2, 1024)))  # ~40 kB over 0.01 MB
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)

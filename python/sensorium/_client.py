@@ -222,7 +222,7 @@ class Client(_BaseClient):
         ``windows`` is a 3-D array (N, channels, window) such as :func:`sensorium.windows` gives, a
         list of (channels, window) arrays, or an iterator of them, read lazily in chunks as
         requests finish, so a recording larger than memory streams through. Requests run
-        concurrently from the native core (``concurrency`` in flight, 16 by default), each
+        concurrently from the native core (``concurrency`` in flight, 64 by default), each
         retried by the client's retry rule; after a 429 the whole batch slows to the rate the
         server allows, honouring ``Retry-After``. ``per_channel=True`` sends one request per
         channel (for servers that refuse large multichannel bodies) and reassembles them.

@@ -22,13 +22,18 @@ use super::pacing::Pacer;
 use super::query::{build_request, parse_embeddings, EMBEDDING_DIM};
 use super::transport::{Call, Transport};
 
-/// Requests in flight when the caller does not say. Measured on the 2-core development VM
-/// against the in-process emulator (benchmarks/embed_many.py, 400 single-channel requests):
-/// 8 in flight left the client waiting on round trips, 16 and 32 gave the same throughput
-/// within noise, 64 and more only added queueing at the server and memory. 16 is the smallest
-/// setting at the plateau; a remote service with longer round trips wants more, so callers can
-/// raise it with `concurrency=`.
-pub const DEFAULT_CONCURRENCY: usize = 16;
+/// Requests in flight when the caller does not say. Chosen from two sweeps of
+/// `benchmarks/embed_many.py --windows 200 --sweep 4,8,16,32,64` (800 single-channel requests to
+/// the emulator in its own process; debug build, 2-core VM at load 3.7, so the numbers are
+/// rough): 4 in flight was slowest in both runs (5.6k/s against 7.4-7.8k/s in the quieter one);
+/// 8 to 64 were level within the run-to-run noise (4-7.8k/s). Locally nothing beyond 8 is
+/// needed, but against the hosted service a request takes a round trip plus the encoder's time
+/// (the public scripts' 8 threads managed 2.6 requests/s, about 3 s each), and then requests per
+/// second = in flight / latency: 64, the in-flight count of the aiohttp peer in the benchmarks,
+/// keeps the local plateau and does not starve a remote one. A rate-limited server is not
+/// flooded by it: the batch's `Pacer` holds every request to the rate the 429s reveal. The
+/// windows kept ready (2 x this many requests) cost about 20 kB each.
+pub const DEFAULT_CONCURRENCY: usize = 64;
 pub const MAX_CONCURRENCY: usize = 1024;
 
 /// The JSON of an encoder request around its one numeric event, built once per batch: every

@@ -4,10 +4,16 @@
 //! that says when the next one would be admitted. Requests retried independently all wake at
 //! that moment and all but one are refused again, so a batch of 64 in flight burns its retry
 //! budget in a few rounds. Instead, after a 429 every request of the batch waits for the gate the
-//! server named, and then they are let through one per `interval`. The interval starts at the
-//! largest `Retry-After` seen (when the bucket is empty that is about one request's worth of the
-//! limit), grows by a quarter on each further 429 and shrinks slowly with each success, so the
-//! batch settles just under the server's rate and keeps probing it.
+//! server named, and then they are let through one per `interval`.
+//!
+//! The interval is learnt from the first 429 of each wave (the requests in flight together when
+//! the budget ran out; the later 429s of a wave only say how long to wait): a request sent one
+//! `interval` after the previous one and refused with `Retry-After: d` needed `interval + d`, so
+//! that, with a 5 % margin for timer jitter, becomes the interval. Each success shortens it a
+//! little, so the batch keeps probing the server's rate; with a token bucket on the server the
+//! time spent just under the rate refills the bucket rather than wasting it, so the average stays
+//! at the server's rate. (Compounding every 429 of a wave instead took a batch of 16 in flight at
+//! a 20/s limit down to 3/s.)
 
 use std::time::{Duration, Instant};
 
@@ -18,11 +24,11 @@ use parking_lot::Mutex;
 const MAX_INTERVAL: Duration = Duration::from_secs(2);
 /// The interval assumed when a 429 gives no `Retry-After`.
 const DEFAULT_INTERVAL: Duration = Duration::from_millis(100);
-/// Each success takes the interval down by this fraction: 1 % is ~15 % faster after 16
-/// successes, slow enough that a probe past the server's rate costs one 429, not a burst.
-const SPEED_UP: f64 = 0.99;
-/// Each further 429 lengthens the interval by this factor.
-const SLOW_DOWN: f64 = 1.25;
+/// Each success takes the interval down by this fraction: about 10 % faster after 20 successes,
+/// slow enough that a probe past the server's rate costs a 429 now and then, not a burst.
+const SPEED_UP: f64 = 0.995;
+/// Headroom over the interval a 429 reveals, for timers that fire a little early or late.
+const MARGIN: f64 = 1.05;
 
 #[derive(Debug)]
 struct State {
@@ -30,6 +36,8 @@ struct State {
     interval: Duration,
     /// The earliest start of the next request.
     next: Instant,
+    /// When the current wave of 429s began.
+    wave: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -39,7 +47,7 @@ pub struct Pacer {
 
 impl Default for Pacer {
     fn default() -> Self {
-        Pacer { state: Mutex::new(State { interval: Duration::ZERO, next: Instant::now() }) }
+        Pacer { state: Mutex::new(State { interval: Duration::ZERO, next: Instant::now(), wave: None }) }
     }
 }
 
@@ -67,7 +75,14 @@ impl Pacer {
     pub fn rate_limited(&self, now: Instant, retry_after: Option<Duration>) {
         let asked = retry_after.unwrap_or(DEFAULT_INTERVAL).min(MAX_INTERVAL);
         let mut s = self.state.lock();
-        s.interval = s.interval.mul_f64(SLOW_DOWN).max(asked).min(MAX_INTERVAL);
+        // A 429 more than one interval after the wave began answers a request sent under the
+        // pacing already in force: that pacing is too fast, so slow down. Earlier ones belong to
+        // the same wave and only say how long to wait.
+        let new_wave = s.wave.is_none_or(|start| now >= start + s.interval.max(asked));
+        if new_wave {
+            s.wave = Some(now);
+            s.interval = (s.interval + asked).mul_f64(MARGIN).min(MAX_INTERVAL);
+        }
         s.next = s.next.max(now + asked);
     }
 
@@ -101,28 +116,32 @@ mod tests {
     fn after_a_429_requests_wait_for_the_gate_then_go_one_per_interval() {
         let p = Pacer::default();
         let now = Instant::now();
-        p.rate_limited(now, Some(Duration::from_millis(50)));
-        assert_eq!(p.reserve(now), Duration::from_millis(50));
-        assert_eq!(p.reserve(now), Duration::from_millis(100));
-        assert_eq!(p.reserve(now), Duration::from_millis(150));
+        p.rate_limited(now, Some(Duration::from_millis(40)));
+        assert_eq!(p.reserve(now), Duration::from_millis(40));
+        assert_eq!(p.reserve(now), Duration::from_millis(82));
+        assert_eq!(p.reserve(now), Duration::from_millis(124));
         // A later request after the queue has drained goes at once.
         assert_eq!(p.reserve(now + Duration::from_secs(10)), Duration::ZERO);
     }
 
     #[test]
-    fn interval_grows_on_429_and_shrinks_on_success_within_bounds() {
+    fn the_first_429_of_a_wave_sets_the_interval_and_successes_shorten_it() {
         let p = Pacer::default();
         let now = Instant::now();
         p.rate_limited(now, Some(Duration::from_millis(10)));
-        p.rate_limited(now, Some(Duration::from_millis(40)));
-        assert_eq!(p.interval(), Duration::from_millis(40));
-        p.rate_limited(now, Some(Duration::from_millis(1)));
-        assert_eq!(p.interval(), Duration::from_millis(50));
+        // The rest of the wave only gates.
+        for ms in [10, 1, 5] {
+            p.rate_limited(now + Duration::from_millis(2), Some(Duration::from_millis(ms)));
+        }
+        assert_eq!(p.interval(), Duration::from_micros(10_500));
+        // Sent 10.5 ms apart and refused with 9.5 ms to go: 20 ms was needed.
+        p.rate_limited(now + Duration::from_millis(100), Some(Duration::from_micros(9_500)));
+        assert_eq!(p.interval(), Duration::from_millis(21));
         p.succeeded();
-        assert!(p.interval() < Duration::from_millis(50));
-        p.rate_limited(now, Some(Duration::from_secs(3600)));
+        assert!(p.interval() < Duration::from_millis(21));
+        p.rate_limited(now + Duration::from_secs(1), Some(Duration::from_secs(3600)));
         assert_eq!(p.interval(), MAX_INTERVAL);
-        p.rate_limited(now, None);
+        p.rate_limited(now + Duration::from_secs(10), None);
         assert_eq!(p.interval(), MAX_INTERVAL);
     }
 }
