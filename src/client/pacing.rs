@@ -43,32 +43,50 @@ struct State {
 #[derive(Debug)]
 pub struct Pacer {
     state: Mutex<State>,
+    turn: tokio::sync::Mutex<()>,
 }
 
 impl Default for Pacer {
     fn default() -> Self {
-        Pacer { state: Mutex::new(State { interval: Duration::ZERO, next: Instant::now(), wave: None }) }
+        Pacer {
+            state: Mutex::new(State { interval: Duration::ZERO, next: Instant::now(), wave: None }),
+            turn: tokio::sync::Mutex::new(()),
+        }
     }
 }
 
 impl Pacer {
-    /// How long a request starting at `now` must wait for its slot, and takes the slot.
-    pub fn reserve(&self, now: Instant) -> Duration {
-        let mut s = self.state.lock();
-        if s.interval.is_zero() && now >= s.next {
-            return Duration::ZERO;
-        }
-        let slot = s.next.max(now);
-        s.next = slot + s.interval;
-        slot - now
+    /// How long a request at `now` must still wait (zero once the gate is open).
+    fn wait_at(&self, now: Instant) -> Duration {
+        self.state.lock().next.saturating_duration_since(now)
     }
 
-    /// Waits for this request's slot.
+    /// Takes the open slot at `now`: the next request goes one interval later.
+    fn take(&self, now: Instant) {
+        let mut s = self.state.lock();
+        s.next = s.next.max(now) + s.interval;
+    }
+
+    /// Waits for this request's turn. Requests go one at a time in arrival order (tokio's
+    /// mutex is fair), and each waits for the gate as it stands when its turn comes, so a 429
+    /// that moves the gate or lengthens the interval holds back every request not yet sent,
+    /// not only those that arrive after it.
     pub async fn admit(&self) {
-        let wait = self.reserve(Instant::now());
-        if !wait.is_zero() {
+        {
+            let s = self.state.lock();
+            if s.interval.is_zero() && Instant::now() >= s.next {
+                return; // unpaced: no queue at all
+            }
+        }
+        let _turn = self.turn.lock().await;
+        loop {
+            let wait = self.wait_at(Instant::now());
+            if wait.is_zero() {
+                break;
+            }
             tokio::time::sleep(wait).await;
         }
+        self.take(Instant::now());
     }
 
     /// A 429 arrived at `now`, asking to wait `retry_after`.
@@ -78,6 +96,8 @@ impl Pacer {
         // A 429 more than one interval after the wave began answers a request sent under the
         // pacing already in force: that pacing is too fast, so slow down. Earlier ones belong to
         // the same wave and only say how long to wait.
+        // A wave lasts one interval, or this 429's wait if longer: a request queued behind
+        // others is refused with a long wait without the pacing being any more wrong.
         let new_wave = s.wave.is_none_or(|start| now >= start + s.interval.max(asked));
         if new_wave {
             s.wave = Some(now);
@@ -107,9 +127,9 @@ mod tests {
     #[test]
     fn unpaced_until_the_first_429() {
         let p = Pacer::default();
-        let now = Instant::now();
-        assert_eq!(p.reserve(now), Duration::ZERO);
-        assert_eq!(p.reserve(now), Duration::ZERO);
+        let now = Instant::now() + Duration::from_millis(1);
+        assert_eq!(p.wait_at(now), Duration::ZERO);
+        assert_eq!(p.interval(), Duration::ZERO);
     }
 
     #[test]
@@ -117,11 +137,12 @@ mod tests {
         let p = Pacer::default();
         let now = Instant::now();
         p.rate_limited(now, Some(Duration::from_millis(40)));
-        assert_eq!(p.reserve(now), Duration::from_millis(40));
-        assert_eq!(p.reserve(now), Duration::from_millis(82));
-        assert_eq!(p.reserve(now), Duration::from_millis(124));
+        assert_eq!(p.wait_at(now), Duration::from_millis(40));
+        let open = now + Duration::from_millis(40);
+        p.take(open);
+        assert_eq!(p.wait_at(open), Duration::from_millis(42));
         // A later request after the queue has drained goes at once.
-        assert_eq!(p.reserve(now + Duration::from_secs(10)), Duration::ZERO);
+        assert_eq!(p.wait_at(now + Duration::from_secs(10)), Duration::ZERO);
     }
 
     #[test]
@@ -139,9 +160,11 @@ mod tests {
         assert_eq!(p.interval(), Duration::from_millis(21));
         p.succeeded();
         assert!(p.interval() < Duration::from_millis(21));
-        p.rate_limited(now + Duration::from_secs(1), Some(Duration::from_secs(3600)));
-        assert_eq!(p.interval(), MAX_INTERVAL);
-        p.rate_limited(now + Duration::from_secs(10), None);
+        // A server asking for an hour gates the batch for the capped wait, not an hour.
+        let later = now + Duration::from_secs(1);
+        p.rate_limited(later, Some(Duration::from_secs(3600)));
+        assert_eq!(p.wait_at(later), MAX_INTERVAL);
+        p.rate_limited(now + Duration::from_secs(100), Some(Duration::from_secs(3)));
         assert_eq!(p.interval(), MAX_INTERVAL);
     }
 }
