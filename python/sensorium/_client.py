@@ -25,6 +25,7 @@ from .resources.agents import Agents, AsyncAgents
 from .resources.batch import AsyncBatch, Batch
 from .resources.fine_tuning import AsyncFineTuning, FineTuning
 from .resources.jobs import AsyncJobs, Jobs
+from .resources.lens import AsyncLensRuntime, LensRuntime, warn_deprecated
 from .errors import ConfigurationError
 from .types import Embeddings, QueryResult
 
@@ -158,6 +159,7 @@ class Client(_BaseClient):
     fine_tuning: FineTuning
     jobs: Jobs
     batch: Batch
+    _lens: LensRuntime
 
     def _bind_resources(self) -> None:
         runner = SyncRunner(self)
@@ -167,6 +169,14 @@ class Client(_BaseClient):
         self.fine_tuning = FineTuning(runner)
         self.jobs = Jobs(runner)
         self.batch = Batch(runner)
+        self._lens = LensRuntime(runner)
+
+    @property
+    def lens(self) -> LensRuntime:
+        """The legacy lens runtime (deprecated: direct query and agents replace it); its first use
+        in a process warns once."""
+        warn_deprecated()
+        return self._lens
 
     def with_options(
         self,
@@ -268,6 +278,7 @@ class AsyncClient(_BaseClient):
     fine_tuning: AsyncFineTuning
     jobs: AsyncJobs
     batch: AsyncBatch
+    _lens: AsyncLensRuntime
 
     def _bind_resources(self) -> None:
         runner = AsyncRunner(self)
@@ -277,6 +288,13 @@ class AsyncClient(_BaseClient):
         self.fine_tuning = AsyncFineTuning(runner)
         self.jobs = AsyncJobs(runner)
         self.batch = AsyncBatch(runner)
+        self._lens = AsyncLensRuntime(runner)
+
+    @property
+    def lens(self) -> AsyncLensRuntime:
+        """See :attr:`Client.lens`."""
+        warn_deprecated()
+        return self._lens
 
     def with_options(
         self,

@@ -82,11 +82,6 @@ class Native(Generic[T]):
     cast: Callable[[Any], T] = _identity
 
 
-def download(reference: str, path: Path, surface: Surface = "api") -> Native[Path]:
-    """Stream a listed reference (relative path or presigned URL) to ``path``, atomically."""
-    return Native("download_ref", (surface, reference, os.fspath(path)), (None, False, path.name), lambda _: path)
-
-
 @dataclass(frozen=True)
 class CollectList(Generic[T]):
     """Every item of a list, as one step (for operations that need the whole list)."""

@@ -76,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--work-duration", type=float, default=None,
                    help="seconds each job (agent run, evaluation, optimization trial) spends running (default 0.2)")
     p.add_argument("--page-size", type=int, default=None, help="default page size of the agents lists (default 100)")
+    p.add_argument("--session-ttl-sec", type=float, default=None,
+                   help="seconds without events after which a lens session expires (default 86400)")
+    p.add_argument("--lens-heartbeat-interval", type=float, default=None,
+                   help="seconds between heartbeats of an idle lens SSE stream (default 1)")
+    p.add_argument("--lens-status-style", choices=["enum", "number"], default="enum",
+                   help="spelling of lens session_status: enum string or bare number (default enum)")
     p.add_argument("--rate-limit", type=float, default=None,
                    help="requests per second per organization (bursts of at most as many); beyond it 429 "
                    "with Retry-After (default: no limit)")
@@ -99,6 +105,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             models=_model_entries(args.model),
             work_duration=args.work_duration,
             page_size=args.page_size,
+            session_ttl_sec=args.session_ttl_sec,
+            lens_heartbeat_interval=args.lens_heartbeat_interval,
+            lens_status_style=args.lens_status_style,
             rate_limit=args.rate_limit,
             max_query_size_mb=args.max_query_size_mb,
         )

@@ -22,6 +22,7 @@ from typing import Any
 
 __all__ = [
     "SensoriumError",
+    "LensEventError",
     "ConfigurationError",
     "InvalidArgumentError",
     "APIError",
@@ -292,6 +293,24 @@ class QueryFailedError(APIError):
         self.query_id = query_id
         self.error_msg = error_msg
         self.response = response
+
+
+class LensEventError(APIError):
+    """A lens refused an event with a 200-style ``{type: "error", event_data: {is_valid: false,
+    error_messages}}`` body (``process_event``, WebSocket calls). ``error_messages`` holds the
+    platform's messages and ``body`` the whole answer."""
+
+    def __init__(self, error_messages: list[str], *, body: Any = None) -> None:
+        super().__init__("; ".join(m[:500] for m in error_messages)[:1000])
+        self.error_messages = list(error_messages)
+        self.body = body
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_lens_event_error, (self.error_messages, self.body))
+
+
+def _rebuild_lens_event_error(error_messages: list[str], body: Any) -> LensEventError:
+    return LensEventError(error_messages, body=body)
 
 
 class TransferError(APIError):

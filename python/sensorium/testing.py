@@ -31,10 +31,11 @@ from sensorium._core import EmulatorServer
 if TYPE_CHECKING:
     from sensorium import AsyncClient, Client
 
-__all__ = ["Emulator", "RecordedRequest", "FaultActionName", "ModelSpec", "RoleName", "DEFAULT_MODELS"]
+__all__ = ["Emulator", "RecordedRequest", "FaultActionName", "ModelSpec", "RoleName", "LensStatusStyle", "DEFAULT_MODELS"]
 
 FaultActionName = Literal["reset", "stall", "truncate"]
 RoleName = Literal["member", "admin", "super_admin"]
+LensStatusStyle = Literal["enum", "number"]
 
 
 class _ModelEntry(TypedDict):
@@ -107,6 +108,9 @@ class Emulator:
         models: Optional[Sequence[ModelSpec]] = None,
         work_duration: float = 0.2,
         page_size: Optional[int] = None,
+        session_ttl_sec: Optional[float] = None,
+        lens_heartbeat_interval: Optional[float] = None,
+        lens_status_style: LensStatusStyle = "enum",
         rate_limit: Optional[float] = None,
         max_query_size_mb: Optional[float] = None,
     ) -> None:
@@ -115,6 +119,11 @@ class Emulator:
         small files span several parts. ``models``: see the class docstring. ``work_duration`` is
         the seconds every job (agent run, evaluation, optimization trial) spends running;
         ``page_size`` the default page size of the agents lists (small values give several pages).
+        Lens sessions expire after ``session_ttl_sec`` seconds without events (default 86400, as
+        live); an idle SSE stream sends a heartbeat every ``lens_heartbeat_interval`` seconds
+        (default 1); ``lens_status_style`` spells ``session_status`` as the enum string
+        (``"enum"``, ``LensSessionStatus.SESSION_STATUS_RUNNING``) or as a bare number
+        (``"number"``, ``"3"``), both of which the platform sends.
         ``rate_limit`` turns on a per-organization limit of that many requests per second (bursts
         of at most that many), answered beyond it with 429 and ``Retry-After``.
         ``max_query_size_mb`` is the server setting of the spec's ``/query`` size limit: the
@@ -140,6 +149,9 @@ class Emulator:
             models=_model_list(models),
             work_duration=work_duration,
             page_size=page_size,
+            session_ttl_sec=session_ttl_sec,
+            lens_heartbeat_interval=lens_heartbeat_interval,
+            lens_status_style=lens_status_style,
             rate_limit=rate_limit,
             max_query_size_mb=max_query_size_mb,
         )
@@ -304,6 +316,23 @@ class Emulator:
             emu.lag_agent_status(30)
         """
         self._server.lag_agent_status(seconds)
+
+    def drop_streams(self, every: Optional[int]) -> None:
+        """Cut each lens SSE stream connection after ``every`` events (outputs; start and
+        heartbeat frames do not count), without ``sse.stream.end``, so a client must reconnect
+        with ``Last-Event-ID``; ``None`` turns it off. Applies to connections opened afterwards.
+
+        Example::
+
+            emu.drop_streams(every=1000)
+            emu.drop_streams(None)
+        """
+        self._server.drop_streams(every)
+
+    def set_lens_status_style(self, style: LensStatusStyle) -> None:
+        """Spell lens ``session_status`` as ``"enum"`` (``LensSessionStatus.SESSION_STATUS_RUNNING``)
+        or ``"number"`` (``"1"`` registered, ``"3"`` running, ``"5"`` destroyed) from now on."""
+        self._server.set_lens_status_style(style)
 
     def fail_queries(self, error_msg: str = "emulated worker failure", times: int = 1) -> None:
         """The next ``times`` queries answer 200 with ``status: "failed"`` and ``error_msg``."""

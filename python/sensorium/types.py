@@ -10,13 +10,13 @@ import copy
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar, Optional, TypedDict, TypeVar
 
-from ._core import Embeddings, NumericEvent, QueryResult
+from ._core import Embeddings, NumericEvent, QueryResult, StreamEvent
 
 __all__ = [
     "QueryResult", "Embeddings", "NumericEvent", "FileRecord", "Model", "QueryParams",
     "BlueprintSummary", "Blueprint", "Bundle", "RunSummary", "Agent", "AgentResult", "AgentLog", "AgentEvent",
     "Eval", "Optimization", "Trial", "Node", "FineTuningJob", "FineTuningEvent", "Checkpoint", "BatchJob",
-    "BatchEvent", "BatchOutput", "Pipeline",
+    "BatchEvent", "BatchOutput", "Pipeline", "Lens", "LensSession", "StreamEvent",
 ]
 
 
@@ -215,6 +215,12 @@ class _OutputFile:
     @property
     def ref(self) -> Optional[str]:
         return (self.data or {}).get("ref")
+
+    @property
+    def num_bytes(self) -> Optional[int]:
+        size = (self.data or {}).get("num_bytes")
+        # Only a usable size counts: it is a progress hint, never trusted for the bytes themselves.
+        return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
 
 
 @dataclass(frozen=True)
@@ -415,6 +421,81 @@ class Pipeline(_Record):
     name: Optional[str] = None
     version: Optional[str] = None
     description: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Lens(_Record):
+    """A lens (legacy runtime): ``lens_id`` (``lns-...``), ``lens_status`` (``LENS_STATUS_MOUNTED``
+    or ``LENS_STATUS_REGISTERED``) and its ``lens_config`` (``model_pipeline``, ``model_parameters``)."""
+
+    lens_id: str
+    lens_name: Optional[str] = None
+    lens_status: Optional[str] = None
+    lens_modifiable: Optional[bool] = None
+    lens_config: Optional[dict[str, Any]] = None
+
+
+# What a lens session's echoed key becomes: the record never holds it, so no repr, log line,
+# pickle or to_dict() can show it (the caller has the key already).
+REDACTED_KEY = "<redacted>"
+
+
+@dataclass(frozen=True)
+class LensSession(_Record):
+    """A lens session (``lsn-...``, legacy runtime). ``session_status`` as the platform spells it
+    (``LensSessionStatus.SESSION_STATUS_RUNNING`` or a bare number); ``status`` reads both.
+    The key the platform echoes in ``api_key`` is replaced by ``"<redacted>"`` on arrival."""
+
+    session_id: str
+    lens_id: Optional[str] = None
+    lens_name: Optional[str] = None
+    org_id: Optional[str] = None
+    api_key: Optional[str] = field(default=None, repr=False)
+    session_status: Any = None
+    session_endpoint: Optional[str] = None
+    session_runner: Optional[str] = None
+    node_tag: Optional[str] = None
+    session_ttl_sec: Optional[int] = None
+    lens_config: Optional[dict[str, Any]] = None
+    input_data_stream_id: Optional[str] = None
+    output_data_stream_id: Optional[str] = None
+    registration_timestamp: Optional[float] = None
+    last_event_timestamp: Optional[float] = None
+    last_update_timestamp: Optional[float] = None
+    session_start_timestamp: Optional[float] = None
+    session_destroyed_timestamp: Optional[float] = None
+    num_active_connections: Optional[int] = None
+    num_updates: Optional[int] = None
+    num_inputs: Optional[int] = None
+    num_outputs: Optional[int] = None
+    num_events: Optional[int] = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LensSession:
+        if isinstance(data, dict) and data.get("api_key") is not None:
+            data = {**data, "api_key": REDACTED_KEY}
+        return super().from_dict(data)
+
+    @property
+    def status(self) -> str:
+        """``registered``, ``running``, ``destroyed``, ``expired``, or the spelling received when
+        it is none of those (the enum string and the bare numbers both read)."""
+        return lens_session_status(self.session_status)
+
+
+# Bare numbers the platform sends for session states (wire notes: "3" is running; the others are
+# the emulator's numbering of the remaining states).
+_STATUS_NUMBERS = {"1": "registered", "3": "running", "5": "destroyed", "6": "expired"}
+
+
+def lens_session_status(value: Any) -> str:
+    """A session status in one spelling: ``LensSessionStatus.SESSION_STATUS_RUNNING``,
+    ``SESSION_STATUS_RUNNING``, ``3`` and ``"3"`` all read ``running``."""
+    text = str(value).strip()
+    if text in _STATUS_NUMBERS:
+        return _STATUS_NUMBERS[text]
+    word = text.rsplit(".", 1)[-1].removeprefix("SESSION_STATUS_").lower()
+    return word if word in ("registered", "running", "destroyed", "expired", "failed") else text
 
 
 class QueryParams(TypedDict, total=False):

@@ -13,8 +13,9 @@ use pyo3::types::{PyDict, PyList};
 use serde_json::{Map, Value};
 
 use super::convert::{py_to_value, text_arg, type_name, Json, TextArgError};
-use super::errors::{guard, to_pyerr, Outcome};
 use super::embed_many::EmbedBatch;
+use super::errors::{guard, to_pyerr, Outcome, Outcomes};
+use super::stream::EventFeed;
 use super::results::{EmbeddingsData, NumericEvent, Progress, QueryResult};
 use super::runtime;
 use crate::client::config::ClientConfig;
@@ -23,6 +24,7 @@ use crate::client::upload::{self, DirectUploadOptions};
 use crate::client::endpoint::{self, JsonCall, Surface};
 use crate::client::embed_many;
 use crate::client::query;
+use crate::client::sse;
 use crate::client::{Error, Transport};
 
 #[pyclass(module = "sensorium._core", name = "CoreClient", frozen)]
@@ -204,27 +206,44 @@ impl CoreClient {
         })
     }
 
-    /// Downloads a listed reference (relative path or presigned URL) to `path`, atomically.
-    #[pyo3(signature = (surface, reference, path, progress, tick, asynchronous))]
+    /// Downloads `(reference, path, expected size)` items, `concurrency` at a time, into one
+    /// byte count; returns each item's byte count or exception, in order.
+    #[pyo3(signature = (surface, items, concurrency, progress, tick, asynchronous))]
     #[allow(clippy::too_many_arguments)]
-    fn download_ref<'py>(
+    fn download_many<'py>(
         &self,
         py: Python<'py>,
         surface: &str,
-        reference: &Bound<'py, PyAny>,
-        path: PathBuf,
+        items: Vec<(String, PathBuf, Option<u64>)>,
+        concurrency: usize,
         progress: &Bound<'py, Progress>,
         tick: Option<Bound<'py, PyAny>>,
         asynchronous: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        guard("download_ref", || {
-            let reference = text(py, reference, "reference")?;
+        guard("download_many", || {
             let surface = Surface::parse(surface).map_err(|e| to_pyerr(py, e))?;
+            let items = items
+                .into_iter()
+                .map(|(reference, dest, expected)| endpoint::DownloadItem { reference, dest, expected })
+                .collect();
             let transport = self.transport();
             let progress = progress.get().inner.clone();
-            runtime::run_ticking(py, "download_ref", asynchronous, tick.as_ref(), async move {
-                Ok(Outcome(endpoint::download_ref(&transport, surface, &reference, &path, progress).await))
+            runtime::run_ticking(py, "download_many", asynchronous, tick.as_ref(), async move {
+                let outcomes = endpoint::download_many(&transport, surface, items, concurrency, progress).await;
+                Ok(Outcome(outcomes.map(Outcomes)))
             })
+        })
+    }
+
+    /// Opens a lens session's SSE stream at `path` (under the API base): a feed of event
+    /// batches read by a task that reconnects with `Last-Event-ID` on its own.
+    #[pyo3(signature = (path, last_event_id, heartbeats))]
+    fn open_stream(&self, path: &str, last_event_id: Option<String>, heartbeats: bool) -> PyResult<EventFeed> {
+        guard("open_stream", || {
+            let transport = self.transport();
+            let path = path.to_string();
+            let options = sse::StreamOptions { last_event_id, heartbeats };
+            EventFeed::spawn(move |tx| async move { sse::pump(&transport, &path, options, tx).await })
         })
     }
 

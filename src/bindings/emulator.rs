@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::bindings::convert::py_to_value;
 use crate::bindings::runtime;
-use crate::emulator::{Catalogue, Emulator, EmulatorOptions, FaultAction, FaultRule, Role};
+use crate::emulator::{Catalogue, Emulator, EmulatorOptions, FaultAction, FaultRule, LensStatusStyle, Role};
 
 #[pyclass(name = "EmulatorServer", module = "sensorium._core", frozen)]
 pub struct EmulatorServer {
@@ -67,7 +67,7 @@ fn fault_rule(
 #[pymethods]
 impl EmulatorServer {
     #[new]
-    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None, models=None, work_duration=None, page_size=None, rate_limit=None, max_query_size_mb=None))]
+    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None, models=None, work_duration=None, page_size=None, session_ttl_sec=None, lens_heartbeat_interval=None, lens_status_style="enum", rate_limit=None, max_query_size_mb=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -81,6 +81,9 @@ impl EmulatorServer {
         models: Option<&Bound<'_, PyAny>>,
         work_duration: Option<f64>,
         page_size: Option<usize>,
+        session_ttl_sec: Option<f64>,
+        lens_heartbeat_interval: Option<f64>,
+        lens_status_style: &str,
         rate_limit: Option<f64>,
         max_query_size_mb: Option<f64>,
     ) -> PyResult<Self> {
@@ -113,6 +116,16 @@ impl EmulatorServer {
                 None => defaults.work_duration,
             },
             page_size,
+            session_ttl: match session_ttl_sec {
+                Some(t) => seconds(t, "session_ttl_sec")?,
+                None => defaults.session_ttl,
+            },
+            lens_heartbeat_interval: match lens_heartbeat_interval {
+                Some(t) if t > 0.0 => seconds(t, "lens_heartbeat_interval")?,
+                Some(t) => return Err(PyValueError::new_err(format!("lens_heartbeat_interval must be above 0 seconds, got {t}"))),
+                None => defaults.lens_heartbeat_interval,
+            },
+            lens_status_style: lens_status_style.parse::<LensStatusStyle>().map_err(PyValueError::new_err)?,
             rate_limit,
             max_query_size_mb,
         };
@@ -215,6 +228,21 @@ impl EmulatorServer {
     #[pyo3(signature = (seconds))]
     fn lag_agent_status(&self, seconds: f64) -> PyResult<()> {
         self.emulator.lag_agent_status(self::seconds(seconds, "seconds")?);
+        Ok(())
+    }
+
+    #[pyo3(signature = (every))]
+    fn drop_streams(&self, every: Option<u64>) -> PyResult<()> {
+        if every == Some(0) {
+            return Err(PyValueError::new_err("every must be a positive number of events, or None"));
+        }
+        self.emulator.drop_streams(every);
+        Ok(())
+    }
+
+    #[pyo3(signature = (style))]
+    fn set_lens_status_style(&self, style: &str) -> PyResult<()> {
+        self.emulator.set_lens_status_style(style.parse::<LensStatusStyle>().map_err(PyValueError::new_err)?);
         Ok(())
     }
 

@@ -107,6 +107,31 @@ where
     }
 }
 
+/// One outcome per item of a batch call (`download_many`): each becomes its value or its
+/// exception *instance*, so one failed item does not hide the others' results.
+pub struct Outcomes<T>(pub Vec<Result<T, Error>>);
+
+impl<'py, T> IntoPyObject<'py> for Outcomes<T>
+where
+    T: IntoPyObject<'py>,
+{
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let items = self
+            .0
+            .into_iter()
+            .map(|outcome| match outcome {
+                Ok(v) => v.into_bound_py_any(py),
+                Err(e) => Ok(to_pyerr(py, e).into_value(py).into_bound(py).into_any()),
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        items.into_bound_py_any(py)
+    }
+}
+
 // `sensorium.errors.InternalError`, imported lazily: a `PyErr` of it can be made on any thread
 // without the GIL, which a panic caught on an I/O worker needs.
 pyo3::import_exception!(sensorium.errors, InternalError);

@@ -9,4 +9,5 @@ pub mod errors;
 pub mod numeric;
 pub mod results;
 pub mod runtime;
+pub mod stream;
 pub mod emulator;

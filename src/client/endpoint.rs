@@ -4,10 +4,11 @@
 //! page normalised from either list style. Records are typed in Python; nothing here knows an
 //! endpoint.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use reqwest::Method;
 use serde_json::{Map, Value};
 
@@ -16,7 +17,7 @@ use super::error::Error;
 use super::files::download_call;
 use super::pagination::normalize_page;
 use super::transport::{decode_json, Call, RequestBody, Transport};
-use super::upload::TransferProgress;
+use super::upload::{ProgressShare, TransferProgress};
 
 /// Where a path is mounted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +40,7 @@ impl Surface {
         }
     }
 
-    fn base(self, transport: &Transport) -> String {
+    pub fn base(self, transport: &Transport) -> String {
         match self {
             Surface::Api => transport.config.base_url(),
             Surface::FineTuning => transport.config.versioned(FINE_TUNING_VERSION),
@@ -169,7 +170,7 @@ pub async fn download_ref(
     surface: Surface,
     reference: &str,
     dest: &Path,
-    progress: Arc<TransferProgress>,
+    progress: Arc<ProgressShare>,
 ) -> Result<u64, Error> {
     let call = if reference.starts_with("http://") || reference.starts_with("https://") {
         let mut call = Call::get(reference.to_string());
@@ -181,6 +182,44 @@ pub async fn download_ref(
         return Err(Error::unexpected("", format!("a result reference {reference:?} is neither a path nor a URL"), b""));
     };
     download_call(transport, call, reference, dest, progress).await
+}
+
+/// One file of `download_many`: where it comes from, where it goes, and the size the listing
+/// gave (so the byte total is known before the first answer).
+#[derive(Debug, Clone)]
+pub struct DownloadItem {
+    pub reference: String,
+    pub dest: PathBuf,
+    pub expected: Option<u64>,
+}
+
+/// Downloads every item, at most `concurrency` at a time, each atomically as `download_ref`
+/// does, into one shared byte count. Every item is attempted whatever the others do (a failed
+/// file does not cost the finished ones), and each gets its own outcome, in `items`' order, so
+/// the caller can fetch fresh references for the ones that failed (expired presigned URLs).
+pub async fn download_many(
+    transport: &Transport,
+    surface: Surface,
+    items: Vec<DownloadItem>,
+    concurrency: usize,
+    progress: Arc<TransferProgress>,
+) -> Result<Vec<Result<u64, Error>>, Error> {
+    if concurrency == 0 {
+        return Err(Error::invalid_argument("concurrency", "must be at least 1"));
+    }
+    let shares: Vec<Arc<ProgressShare>> = items
+        .iter()
+        .map(|item| Arc::new(ProgressShare::new(progress.clone(), item.expected.unwrap_or(0))))
+        .collect();
+    let outcomes = futures_util::stream::iter(items.into_iter().zip(shares))
+        .map(|(item, share)| async move {
+            download_ref(transport, surface, &item.reference, &item.dest, share).await
+        })
+        // `buffered` keeps the items' order while up to `concurrency` run at once.
+        .buffered(concurrency)
+        .collect::<Vec<_>>()
+        .await;
+    Ok(outcomes)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::error::Error;
 use super::transport::{error_chain, Call, RequestBody, Transport};
-use super::upload::{self, DirectUploadOptions, TransferProgress};
+use super::upload::{self, DirectUploadOptions, ProgressShare, TransferProgress};
 use crate::wire::files::{mime_for_name, FileOpResponse, SIMPLE_UPLOAD_MAX_BYTES, SIMPLE_UPLOAD_TYPES};
 
 /// The largest write batch of a download.
@@ -252,18 +252,18 @@ pub async fn download(
     progress: Arc<TransferProgress>,
 ) -> Result<u64, Error> {
     let call = Call::get(file_url(transport, "/files/download", file_id)?);
-    download_call(transport, call, file_id, dest, progress).await
+    download_call(transport, call, file_id, dest, Arc::new(ProgressShare::new(progress, 0))).await
 }
 
 /// Streams the body of `call` (a GET) to `dest` through a temporary file beside it, fsynced and
 /// renamed only when complete: the one download path for files, agent results and job outputs.
-/// `label` names the download in errors.
+/// `label` names the download in errors; `progress` is this download's share of the counters.
 pub async fn download_call(
     transport: &Transport,
     mut call: Call,
     label: &str,
     dest: &Path,
-    progress: Arc<TransferProgress>,
+    progress: Arc<ProgressShare>,
 ) -> Result<u64, Error> {
     call.streaming = true;
     let file_id = label;
@@ -282,8 +282,7 @@ pub async fn download_call(
             async move {
                 let expected = response.content_length();
                 // A retried download starts over.
-                progress.done.store(0, Ordering::Relaxed);
-                progress.total.store(expected.unwrap_or(0), Ordering::Relaxed);
+                progress.restart(expected);
                 let partial = PartialFile::create(&dir).await?;
                 let file = tokio::fs::OpenOptions::new()
                     .write(true)
@@ -306,7 +305,7 @@ pub async fn download_call(
                         Some(Ok(chunk)) => {
                             file.write_all(&chunk).await.map_err(|e| Error::io(partial.path.display(), e))?;
                             written += chunk.len() as u64;
-                            progress.done.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                            progress.add(chunk.len() as u64);
                         }
                         Some(Err(e)) => {
                             return Err(Error::Connection {
@@ -332,7 +331,7 @@ pub async fn download_call(
         .await;
     let (partial, written) = written?;
     partial.persist(dest).await?;
-    progress.total.store(written, Ordering::Relaxed);
+    progress.set_total(written);
     Ok(written)
 }
 

@@ -20,3 +20,4 @@ pub mod files;
 pub mod pagination;
 pub mod query;
 pub mod resume_state;
+pub mod sse;

@@ -52,11 +52,13 @@ pub struct Call {
     pub streaming: bool,
     /// Presigned storage URLs carry their own signature and must not get the API key.
     pub authenticated: bool,
+    /// Headers of this call only (`Accept`, `Last-Event-ID` of a stream).
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl Call {
     pub fn new(method: Method, url: String) -> Self {
-        Call { method, url, query: Vec::new(), body: RequestBody::Empty, streaming: false, authenticated: true }
+        Call { method, url, query: Vec::new(), body: RequestBody::Empty, streaming: false, authenticated: true, headers: Vec::new() }
     }
 
     pub fn get(url: String) -> Self {
@@ -223,6 +225,9 @@ impl Transport {
             .http
             .request(call.method.clone(), &call.url)
             .headers(self.headers(attempt, call.authenticated)?);
+        for (name, value) in &call.headers {
+            request = request.header(*name, value);
+        }
         if !call.query.is_empty() {
             request = request.query(&call.query);
         }

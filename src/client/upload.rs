@@ -40,6 +40,45 @@ impl TransferProgress {
     }
 }
 
+/// One transfer's part of a `TransferProgress` that several transfers share (`download_many`):
+/// it adds to the shared counters and can take its part back when an attempt starts over, so a
+/// retried file is not counted twice and a finished file counts its real size.
+pub struct ProgressShare {
+    progress: Arc<TransferProgress>,
+    done: AtomicU64,
+    total: AtomicU64,
+}
+
+impl ProgressShare {
+    /// A share that already counts `expected` bytes into the total (a size the listing gave).
+    pub fn new(progress: Arc<TransferProgress>, expected: u64) -> Self {
+        progress.total.fetch_add(expected, Ordering::Relaxed);
+        ProgressShare { progress, done: AtomicU64::new(0), total: AtomicU64::new(expected) }
+    }
+
+    /// An attempt starts: bytes an earlier attempt counted are taken back; `expected` (when the
+    /// answer says) replaces this share's part of the total.
+    pub fn restart(&self, expected: Option<u64>) {
+        let counted = self.done.swap(0, Ordering::Relaxed);
+        self.progress.done.fetch_sub(counted, Ordering::Relaxed);
+        if let Some(n) = expected {
+            self.set_total(n);
+        }
+    }
+
+    pub fn add(&self, n: u64) {
+        self.done.fetch_add(n, Ordering::Relaxed);
+        self.progress.done.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn set_total(&self, n: u64) {
+        let before = self.total.swap(n, Ordering::Relaxed);
+        // Two steps rather than a signed delta: the counters are unsigned.
+        self.progress.total.fetch_add(n, Ordering::Relaxed);
+        self.progress.total.fetch_sub(before, Ordering::Relaxed);
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct DirectUploadOptions {
     /// Continue an upload of the same file that was started and not completed.

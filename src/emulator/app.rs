@@ -13,7 +13,7 @@ use super::api_error::ApiError;
 use super::files::direct::{routes as direct, storage};
 use super::files::{routes as files, upload};
 use super::state::Shared;
-use super::{agents, control, fine_tuning, models, query};
+use super::{agents, control, fine_tuning, lens, models, query};
 
 pub const API_PREFIX: &str = "/v0.5";
 
@@ -35,6 +35,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/models", get(models::list))
         .nest("/agents", agents::routes::router())
         .route("/jobs", get(fine_tuning::all_jobs))
+        .nest("/lens", lens::routes::router())
         // Uploads and /query enforce their own limits with the spec's error shapes.
         .layer(DefaultBodyLimit::disable());
     Router::new()

@@ -14,6 +14,7 @@ use super::api_error::ApiError;
 use super::auth::Role;
 use super::catalogue::Catalogue;
 use super::faults::{FaultAction, FaultRule};
+use super::lens::StatusStyle as LensStatusStyle;
 use super::recorder::RecordedRequest;
 use super::state::Shared;
 
@@ -25,6 +26,8 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/fail_queries", post(fail_queries))
         .route("/query_delay", post(query_delay))
         .route("/expire_upload_urls", post(expire_upload_urls))
+        .route("/drop_streams", post(drop_streams))
+        .route("/lens_status_style", post(lens_status_style))
 }
 
 fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
@@ -186,6 +189,34 @@ async fn query_delay(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> R
 async fn expire_upload_urls(State(shared): State<Arc<Shared>>) -> Json<Value> {
     shared.url_signer.expire_all();
     Json(json!({ "expired": true }))
+}
+
+/// `{every: N}` cuts each SSE stream connection after N outputs; `{every: null}` turns it off.
+async fn drop_streams(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Result<Json<Value>, ApiError> {
+    let m = object(&body)?;
+    let every = match m.get("every") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| ApiError::invalid_request("'every' must be a positive integer or null."))?,
+        ),
+    };
+    *shared.lens.drop_every.lock() = every;
+    Ok(Json(json!({ "every": every })))
+}
+
+/// `{style: "enum" | "number"}`: how lens `session_status` is spelled from now on.
+async fn lens_status_style(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Result<Json<Value>, ApiError> {
+    let m = object(&body)?;
+    let style = m
+        .get("style")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid_request("'style' is required."))?
+        .parse::<LensStatusStyle>()
+        .map_err(ApiError::invalid_request)?;
+    *shared.lens.status_style.lock() = style;
+    Ok(Json(json!({ "style": style.as_str() })))
 }
 
 #[cfg(test)]

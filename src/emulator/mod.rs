@@ -14,6 +14,7 @@ mod faults;
 mod fine_tuning;
 mod jobs;
 mod files;
+mod lens;
 mod models;
 mod options;
 mod paging;
@@ -35,6 +36,7 @@ pub use app::API_PREFIX;
 pub use auth::Role;
 pub use catalogue::{Catalogue, ModelEntry};
 pub use faults::{FaultAction, FaultRule};
+pub use lens::{StatusStyle as LensStatusStyle, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_SESSION_TTL};
 pub use options::{EmulatorOptions, DEFAULT_UPLOAD_PART_SIZE, DEFAULT_UPLOAD_URL_TTL};
 pub use recorder::{RecordedRequest, BODY_CAPTURE_LIMIT};
 pub use state::DEFAULT_ORG;
@@ -137,6 +139,16 @@ impl Emulator {
     /// Agent records keep saying `running` this long after their run ended (logs are not delayed).
     pub fn lag_agent_status(&self, lag: Duration) {
         *self.inner.shared.agents.lag.lock() = lag;
+    }
+
+    /// Each SSE stream connection is cut after `every` outputs; `None` turns it off.
+    pub fn drop_streams(&self, every: Option<u64>) {
+        *self.inner.shared.lens.drop_every.lock() = every.filter(|n| *n > 0);
+    }
+
+    /// How `session_status` is spelled from now on.
+    pub fn set_lens_status_style(&self, style: LensStatusStyle) {
+        *self.inner.shared.lens.status_style.lock() = style;
     }
 
     pub fn set_query_delay(&self, d: Duration) {

@@ -4,6 +4,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use super::catalogue::Catalogue;
+use super::lens::{StatusStyle, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_SESSION_TTL};
 
 /// Start-up settings of an [`Emulator`](super::Emulator).
 #[derive(Debug, Clone)]
@@ -29,6 +30,12 @@ pub struct EmulatorOptions {
     pub work_duration: Duration,
     /// Default page size of the agents lists (the platform's 100 when `None`).
     pub page_size: Option<usize>,
+    /// Inactivity after which a lens session expires (the spec's `session_ttl_sec`).
+    pub session_ttl: Duration,
+    /// Time between SSE heartbeats of an idle lens stream.
+    pub lens_heartbeat_interval: Duration,
+    /// Spelling of lens `session_status` (enum string or bare number).
+    pub lens_status_style: StatusStyle,
     /// Requests per second per organization, bursts of at most this many; beyond it 429 with
     /// `Retry-After`. `None`: no limit (the spec records both a limit and its absence).
     pub rate_limit: Option<f64>,
@@ -60,6 +67,9 @@ impl Default for EmulatorOptions {
             models: None,
             work_duration: DEFAULT_WORK_DURATION,
             page_size: None,
+            session_ttl: DEFAULT_SESSION_TTL,
+            lens_heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            lens_status_style: StatusStyle::Enum,
             rate_limit: None,
             max_query_size_mb: None,
         }

@@ -77,7 +77,8 @@ async fn connection(stream: TcpStream, app: Router, shared: Arc<Shared>) {
     let (tx, mut rx) = mpsc::channel::<Takeover>(1);
     let service = hyper::service::service_fn(move |req| handle(req, app.clone(), shared.clone(), tx.clone()));
     let outcome = {
-        let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+        // Upgrades: the lens WebSocket protocol takes the connection over from HTTP.
+        let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
         tokio::pin!(conn);
         tokio::select! {
             _ = conn.as_mut() => None,

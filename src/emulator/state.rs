@@ -13,6 +13,7 @@ use super::agents::Agents;
 use super::fine_tuning::FineTuningStore;
 use super::auth::{KeyInfo, Role};
 use super::jobs::Executor;
+use super::lens::Lens;
 use super::paging::DEFAULT_LIMIT;
 use super::catalogue::Catalogue;
 use super::faults::FaultSet;
@@ -53,6 +54,7 @@ pub(crate) struct Shared {
     pub jobs: Arc<Executor>,
     pub agents: Agents,
     pub fine_tuning: FineTuningStore,
+    pub lens: Lens,
     /// Default page size of every list (`Emulator(page_size=...)`; the platform's 100).
     pub page_size: usize,
     /// `Emulator(rate_limit=...)`, checked for every authenticated platform request.
@@ -87,6 +89,7 @@ impl Shared {
             jobs: Arc::new(Executor::new(opts.work_duration, shutdown.clone())),
             agents: Agents::new(),
             fine_tuning: FineTuningStore::default(),
+            lens: Lens::new(opts.session_ttl, opts.lens_heartbeat_interval, opts.lens_status_style),
             page_size: opts.page_size.unwrap_or(DEFAULT_LIMIT),
             rate_limit: opts.rate_limit.and_then(OrgRateLimit::new),
             max_query_size_mb: opts.max_query_size_mb.filter(|mb| mb.is_finite() && *mb > 0.0),

@@ -18,7 +18,9 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import yaml
 
-from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, download, query, segment
+from .._downloads import download_listed
+from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, query, segment
+from .._progress import ProgressCallback
 from .._waiting import wait_for
 from ..errors import ConflictError, InvalidArgumentError
 from ..types import (
@@ -384,31 +386,22 @@ class Instances(Resource):
                                                     cast=Agent.from_dict),
                                     lambda: self._recent_logs(agent_id), timeout, progress, f"agent {agent_id}"))
 
-    def download_results(self, agent_id: str, directory: Union[str, "os.PathLike[str]"]) -> Any:
+    def download_results(self, agent_id: str, directory: Union[str, "os.PathLike[str]"], *,
+                         concurrency: Optional[int] = None, on_progress: Optional[ProgressCallback] = None,
+                         progress: bool = False) -> Any:
         """Downloads every result file of a run into ``directory`` (created when missing), each
-        under its ``filename``, streamed and atomic like ``files.download``. Relative
-        ``/files/download/...`` refs and presigned URLs alike. Returns the paths, in listing order.
+        under its ``filename``, ``concurrency`` at a time (16 by default), each atomic like
+        ``files.download``. Relative ``/files/download/...`` refs and presigned URLs alike; expired
+        presigned URLs are listed afresh. Returns the paths, in listing order. Byte progress as in
+        ``files.download``.
 
         >>> client.agents.instances.download_results(run.id, "out/")  # doctest: +SKIP
         [PosixPath('out/agt_..._output_line3.csv')]
         """
-        return self._drive(self._download_results(agent_id, Path(os.fspath(directory))))
-
-    def _download_results(self, agent_id: str, directory: Path) -> Operation[list[Path]]:
-        results: list[AgentResult] = yield CollectList(
-            ListRequest(self._path(agent_id, "/results"), AgentResult.from_dict, surface="agents"))
-        directory.mkdir(parents=True, exist_ok=True)
-        paths: list[Path] = []
-        for result in results:
-            name, ref = result.filename, result.ref
-            if not name or not ref:
-                raise InvalidArgumentError(f"agent_id: result {result.id} has no filename or ref to download",
-                                           argument="agent_id")
-            # A server-given name must stay inside `directory`.
-            target = directory / PurePosixPath(name).name
-            path: Path = yield download(ref, target, "agents")
-            paths.append(path)
-        return paths
+        listing = ListRequest(self._path(agent_id, "/results"), AgentResult.from_dict, surface="agents")
+        return self._drive(download_listed(listing, Path(os.fspath(directory)), surface="agents",
+                                           concurrency=concurrency, on_progress=on_progress, progress=progress,
+                                           argument="agent_id"))
 
 
 class Evals(Resource):

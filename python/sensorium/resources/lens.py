@@ -1,0 +1,335 @@
+"""``client.lens``: the legacy lens runtime (lenses, sessions, the SSE stream), written once for
+both clients. The runtime is deprecated: direct query and agents replace it.
+
+Example::
+
+    lens = client.lens.register("echo", model_pipeline=[
+        {"processor_name": "lens_noop_processor", "processor_config": {}},
+        {"processor_name": "server_sent_events_writer", "processor_config": {}}])
+    session = client.lens.sessions.create(lens.lens_id)
+    client.lens.sessions.wait_until_running(session.session_id, timeout=30)
+    with client.lens.sessions.stream(session.session_id) as events:
+        for event in events:
+            print(event.type, event.event_data)
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Mapping, Optional, Sequence, Union
+
+import yaml
+
+from .._endpoints import Operation, Request, Resource, Runner, query, segment
+from .._waiting import wait_for
+from ..errors import InvalidArgumentError, LensEventError, SensoriumError
+from ..types import Lens, LensSession, StreamEvent, lens_session_status
+
+__all__ = ["LensRuntime", "AsyncLensRuntime", "EventStream", "AsyncEventStream", "warn_deprecated"]
+
+_warned = False
+
+
+def warn_deprecated() -> None:
+    """One ``DeprecationWarning`` per process, on the first use of ``client.lens``."""
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn("the lens runtime is deprecated and not for new projects: direct query (client.query, "
+                      "client.embed) and agents (client.agents) replace it", DeprecationWarning, stacklevel=3)
+
+
+def _name(value: Any, argument: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{argument}: expected a str, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidArgumentError(f"{argument}: a lens needs a non-empty name", argument=argument)
+    return value
+
+
+def _pipeline(value: Any, argument: str) -> list[dict[str, Any]]:
+    """``model_pipeline`` checked: a list of ``{processor_name, processor_config}`` entries."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{argument}: expected a list of processors, got {type(value).__name__}")
+    entries = []
+    for i, entry in enumerate(value):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("processor_name"), str):
+            raise InvalidArgumentError(f"{argument}[{i}]: each processor is {{processor_name: str, "
+                                       f"processor_config: dict}}, got {entry!r}", argument=argument)
+        if not isinstance(entry.get("processor_config", {}), Mapping):
+            raise InvalidArgumentError(f"{argument}[{i}].processor_config: must be a dict", argument=argument)
+        entries.append(dict(entry))
+    return entries
+
+
+def _parameters(value: Any, argument: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{argument}: expected a dict, got {type(value).__name__}")
+    return dict(value)
+
+
+def _checked_config(config: Mapping[str, Any], argument: str) -> dict[str, Any]:
+    out = dict(config)
+    _name(out.get("lens_name"), f"{argument}.lens_name")
+    if "model_pipeline" in out:
+        out["model_pipeline"] = _pipeline(out["model_pipeline"], f"{argument}.model_pipeline")
+    if "model_parameters" in out:
+        out["model_parameters"] = _parameters(out["model_parameters"], f"{argument}.model_parameters")
+    return out
+
+
+def lens_config(name: Any, model_pipeline: Any, model_parameters: Any) -> dict[str, Any]:
+    """The ``lens_config`` of ``register``: from a name and its parts, a whole config dict, or
+    YAML text of one; checked before sending."""
+    if isinstance(name, Mapping):
+        if model_pipeline is not None or model_parameters is not None:
+            raise InvalidArgumentError("name: a whole lens_config dict already holds model_pipeline and "
+                                       "model_parameters; pass them inside it", argument="name")
+        return _checked_config(name, "lens_config")
+    if isinstance(name, str) and model_pipeline is None and ("\n" in name or ":" in name):
+        try:
+            loaded = yaml.safe_load(name)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark is not None else ""
+            raise InvalidArgumentError(f"name: the lens YAML does not parse{where}: {e}", argument="name") from None
+        if not isinstance(loaded, Mapping):
+            raise InvalidArgumentError("name: the lens YAML must be a mapping with lens_name", argument="name")
+        return _checked_config(loaded, "lens_config")
+    _name(name, "name")
+    if model_pipeline is None:
+        raise InvalidArgumentError("model_pipeline: a lens needs its processors (a list of {processor_name, "
+                                   "processor_config})", argument="model_pipeline")
+    return {"lens_name": name, "model_pipeline": _pipeline(model_pipeline, "model_pipeline"),
+            "model_parameters": {} if model_parameters is None else _parameters(model_parameters, "model_parameters")}
+
+
+def _lenses(raw: Any) -> list[Lens]:
+    return [Lens.from_dict(item) for item in (raw if isinstance(raw, list) else [])]
+
+
+def _sessions(raw: Any) -> list[LensSession]:
+    return [LensSession.from_dict(item) for item in (raw if isinstance(raw, list) else [])]
+
+
+def _event_answer(raw: Any) -> Any:
+    """``process_event``'s answer: the ``event_data`` of a success; the 200-style error body, or
+    the empty object some deployments send for a bad session or event, raised."""
+    if not isinstance(raw, dict) or not raw:
+        raise LensEventError(["the platform answered an empty object: the session id or the event is not valid"],
+                             body=raw)
+    if raw.get("type") == "error":
+        data = raw.get("event_data") or {}
+        messages = data.get("error_messages") if isinstance(data, dict) else None
+        raise LensEventError([str(m) for m in messages] if isinstance(messages, list) and messages
+                             else ["the event was refused"], body=raw)
+    return raw.get("event_data")
+
+
+class Sessions(Resource):
+    """Sessions of lenses: create, watch, feed, stream, destroy."""
+
+    def create(self, lens_id: str) -> Any:
+        """Starts a session of ``lens_id``; it is ``registered`` until its runner starts it.
+
+        >>> session = client.lens.sessions.create("lns-...")  # doctest: +SKIP
+        """
+        return self._call(Request("POST", "/lens/sessions/create", body={"lens_id": _name(lens_id, "lens_id")},
+                                  cast=LensSession.from_dict))
+
+    def destroy(self, session_id: str) -> Any:
+        """Ends a session; an open stream gets what remains and then ends."""
+        return self._call(Request("POST", "/lens/sessions/destroy",
+                                  body={"session_id": _name(session_id, "session_id")}, cast=LensSession.from_dict))
+
+    def info(self, session_id: str) -> Any:
+        """One session's record (its counters and timestamps)."""
+        return self._call(Request("GET", "/lens/sessions/info", query(session_id=_name(session_id, "session_id")),
+                                  cast=LensSession.from_dict))
+
+    def metadata(self) -> Any:
+        """Every active session of the organization."""
+        return self._call(Request("GET", "/lens/sessions/metadata", cast=_sessions))
+
+    def process_event(self, session_id: str, event: Mapping[str, Any]) -> Any:
+        """Runs one event (``{type, event_data}`` or ``{type, data}``) through the session's
+        pipeline and returns the answer's ``event_data``; a refused event raises
+        ``LensEventError`` with the platform's messages.
+
+        >>> client.lens.sessions.process_event(sid, {"type": "text", "event_data": {"text": "hi"}})  # doctest: +SKIP
+        """
+        if not isinstance(event, Mapping):
+            raise TypeError(f"event: expected a dict, got {type(event).__name__}")
+        if not isinstance(event.get("type"), str) or not event["type"]:
+            raise InvalidArgumentError("event: needs a 'type' (such as 'image', 'text' or 'data.json')",
+                                       argument="event")
+        return self._call(Request("POST", "/lens/sessions/events/process",
+                                  body={"session_id": _name(session_id, "session_id"), "event": dict(event)},
+                                  cast=_event_answer))
+
+    def wait_until_running(self, session_id: str, *, timeout: Optional[float] = None) -> Any:
+        """Waits until the session's runner has started it (either status spelling) and returns
+        the record; ``WaitTimeoutError`` after ``timeout`` seconds, and a destroyed or expired
+        session raises."""
+        _name(session_id, "session_id")
+        return self._drive(self._wait_until_running(session_id, timeout))
+
+    def _wait_until_running(self, session_id: str, timeout: Optional[float]) -> Operation[LensSession]:
+        def progress_word(record: LensSession) -> str:
+            status = lens_session_status(record.session_status)
+            return {"running": "completed", "destroyed": "failed", "expired": "failed"}.get(status, status)
+
+        def ended(record: LensSession, _logs: Any, what: str) -> SensoriumError:
+            return SensoriumError(f"{what} is {record.status} and will not run")
+
+        session: LensSession = yield from wait_for(
+            lambda: Request("GET", "/lens/sessions/info", query(session_id=session_id), cast=LensSession.from_dict),
+            None, timeout, False, f"lens session {session_id}", status_of=progress_word, failure=ended)
+        return session
+
+    def stream(self, session_id: str, *, last_event_id: Optional[str] = None, heartbeats: bool = False) -> Any:
+        """The session's output events as they come (SSE), each with ``id``, ``type`` and
+        ``event_data``. A dropped or stalled connection is resumed after the last event read
+        (``Last-Event-ID``), so nothing is lost or repeated; the iteration ends when the session
+        ends (``sse.stream.end``). Heartbeats are hidden unless ``heartbeats=True``.
+        ``stream.last_event_id`` is the id of the last event handed out: pass it as
+        ``last_event_id`` to continue in another process. A context manager (closing it stops
+        reading); an async iterator on ``AsyncClient``.
+
+        >>> with client.lens.sessions.stream(sid) as events:  # doctest: +SKIP
+        ...     for event in events:
+        ...         print(event.type, event.event_data)
+        """
+        path = f"/lens/sessions/consumer/{segment(session_id, 'session_id')}"
+        if last_event_id is not None and not isinstance(last_event_id, str):
+            raise TypeError(f"last_event_id: expected a str, got {type(last_event_id).__name__}")
+        feed = self._runner._core().open_stream(path, last_event_id, bool(heartbeats))
+        kind = AsyncEventStream if self._runner.asynchronous else EventStream
+        return kind(feed, last_event_id)
+
+
+class AsyncSessions(Sessions):
+    """``async_client.lens.sessions``."""
+
+
+class LensRuntime(Resource):
+    """``client.lens``: lenses of the legacy runtime, and their ``sessions``."""
+
+    def __init__(self, runner: Runner) -> None:
+        super().__init__(runner)
+        self.sessions = (AsyncSessions if runner.asynchronous else Sessions)(runner)
+
+    def register(self, name: Union[str, Mapping[str, Any]], *, model_pipeline: Optional[Sequence[Mapping[str, Any]]] = None,
+                 model_parameters: Optional[Mapping[str, Any]] = None) -> Any:
+        """Registers a lens from its name and processors, a whole ``lens_config`` dict, or YAML
+        text of one; checked before sending.
+
+        >>> client.lens.register("echo", model_pipeline=[{"processor_name": "lens_noop_processor",  # doctest: +SKIP
+        ...                                               "processor_config": {}}])
+        """
+        config = lens_config(name, model_pipeline, model_parameters)
+        return self._call(Request("POST", "/lens/register", body={"lens_config": config}, cast=Lens.from_dict))
+
+    def clone(self, lens_id: str, *, name: Optional[str] = None) -> Any:
+        """A modifiable copy of a lens (named ``name`` when given)."""
+        body: dict[str, Any] = {"lens_id": _name(lens_id, "lens_id")}
+        if name is not None:
+            body["lens_name"] = _name(name, "name")
+        return self._call(Request("POST", "/lens/clone", body=body, cast=Lens.from_dict))
+
+    def modify(self, lens_id: str, *, lens_name: Optional[str] = None,
+               model_pipeline: Optional[Sequence[Mapping[str, Any]]] = None,
+               model_parameters: Optional[Mapping[str, Any]] = None) -> Any:
+        """Replaces the given parts of a lens's configuration; returns the lens."""
+        body: dict[str, Any] = {"lens_id": _name(lens_id, "lens_id")}
+        if lens_name is not None:
+            body["lens_name"] = _name(lens_name, "lens_name")
+        if model_pipeline is not None:
+            body["model_pipeline"] = _pipeline(model_pipeline, "model_pipeline")
+        if model_parameters is not None:
+            body["model_parameters"] = _parameters(model_parameters, "model_parameters")
+        if len(body) == 1:
+            raise InvalidArgumentError("modify: give lens_name, model_pipeline or model_parameters to change",
+                                       argument="lens_name")
+        return self._call(Request("POST", "/lens/modify", body=body, cast=Lens.from_dict))
+
+    def delete(self, lens_id: str) -> Any:
+        """Deletes a modifiable lens; returns the platform's answer."""
+        return self._call(Request("POST", "/lens/delete", body={"lens_id": _name(lens_id, "lens_id")}))
+
+    def info(self, lens_id: str) -> Any:
+        """One lens."""
+        return self._call(Request("GET", "/lens/info", query(lens_id=_name(lens_id, "lens_id")), cast=Lens.from_dict))
+
+    def metadata(self) -> Any:
+        """Every lens the organization can use."""
+        return self._call(Request("GET", "/lens/metadata", cast=_lenses))
+
+
+class AsyncLensRuntime(LensRuntime):
+    """``async_client.lens``."""
+
+
+class EventStream:
+    """The events of one session's SSE stream, read in batches by the core (see
+    ``Sessions.stream``)."""
+
+    def __init__(self, feed: Any, last_event_id: Optional[str]) -> None:
+        self._feed = feed
+        self._pending: list[StreamEvent] = []
+        self._ended = False
+        self.last_event_id = last_event_id
+
+    def __iter__(self) -> EventStream:
+        return self
+
+    def __next__(self) -> StreamEvent:
+        while not self._pending:
+            if self._ended:
+                raise StopIteration
+            batch = self._feed.next_batch(False)
+            self._take(batch)
+        event = self._pending.pop()
+        self.last_event_id = event.id
+        return event
+
+    def _take(self, batch: Optional[list[StreamEvent]]) -> None:
+        if batch is None:
+            self._ended = True
+        else:
+            batch.reverse()  # popped from the end, in order
+            self._pending = batch
+
+    def close(self) -> None:
+        """Stops reading and closes the connection."""
+        self._ended = True
+        self._pending = []
+        self._feed.close()
+
+    def __enter__(self) -> EventStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncEventStream(EventStream):
+    """``EventStream`` for ``async for`` and ``async with``."""
+
+    def __aiter__(self) -> AsyncEventStream:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        while not self._pending:
+            if self._ended:
+                raise StopAsyncIteration
+            self._take(await self._feed.next_batch(True))
+        event = self._pending.pop()
+        self.last_event_id = event.id
+        return event
+
+    async def __aenter__(self) -> AsyncEventStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()

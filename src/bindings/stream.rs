@@ -1,0 +1,158 @@
+//! The SSE feed handed to Python: `EventFeed` yields batches of `StreamEvent`s read by a task on
+//! the runtime (`client::sse::pump`); dropping or closing the feed stops that task. The
+//! iterator protocol (and `last_event_id`) lives in Python, over whole batches.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, OnceLock};
+
+use futures_util::FutureExt;
+
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+use tokio::sync::{mpsc, Mutex};
+use tokio::task::JoinHandle;
+
+use super::errors::{internal_error, panic_detail, Outcome};
+use super::runtime;
+use crate::client::sse::{Feed, StreamEvent as Event};
+
+/// One event of a lens session's stream: `id` (resume with it as `last_event_id`), `type`, and
+/// `event_data` (the payload, decoded on first access).
+#[pyclass(module = "sensorium._core", name = "StreamEvent", frozen)]
+pub struct StreamEvent {
+    event: Event,
+    decoded: OnceLock<Py<PyAny>>,
+}
+
+#[pymethods]
+impl StreamEvent {
+    #[getter]
+    fn id(&self) -> &str {
+        &self.event.id
+    }
+
+    #[getter(r#type)]
+    fn kind(&self) -> &str {
+        &self.event.kind
+    }
+
+    /// The event's `event_data` as Python objects (`None` when the frame has none).
+    #[getter]
+    fn event_data(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if let Some(done) = self.decoded.get() {
+            return Ok(done.clone_ref(py));
+        }
+        let value = match &self.event.event_data {
+            Some(text) => py.import("json")?.getattr("loads")?.call1((PyString::new(py, text),))?.unbind(),
+            None => py.None(),
+        };
+        Ok(self.decoded.get_or_init(|| value).clone_ref(py))
+    }
+
+    /// The frame's whole `data` text, as received.
+    #[getter]
+    fn data(&self) -> &str {
+        &self.event.data
+    }
+
+    fn __repr__(&self) -> String {
+        format!("StreamEvent(id={:?}, type={:?})", self.event.id, self.event.kind)
+    }
+}
+
+/// The reading side of one stream.
+#[pyclass(module = "sensorium._core", name = "EventFeed", frozen)]
+pub struct EventFeed {
+    batches: Arc<Mutex<mpsc::Receiver<Feed>>>,
+    task: parking_lot::Mutex<Option<JoinHandle<()>>>,
+    /// Set when the reading task panicked, so its end is not mistaken for the stream's.
+    panicked: Arc<parking_lot::Mutex<Option<String>>>,
+}
+
+impl EventFeed {
+    /// Starts the task `pump(tx)` makes (it reads the stream into `tx`) on the runtime.
+    pub fn spawn<F, Fut>(pump: F) -> PyResult<Self>
+    where
+        F: FnOnce(mpsc::Sender<Feed>) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        // A few batches ahead of the reader; beyond that the connection waits (back-pressure).
+        let (tx, batches) = mpsc::channel(8);
+        // Held until the panic is recorded, so the reader never sees the channel close first.
+        let keep_open = tx.clone();
+        let work = pump(tx);
+        let panicked = Arc::new(parking_lot::Mutex::new(None));
+        let flag = panicked.clone();
+        let task = runtime::runtime()?.spawn(async move {
+            if let Err(payload) = AssertUnwindSafe(work).catch_unwind().await {
+                *flag.lock() = Some(panic_detail(&*payload));
+            }
+            drop(keep_open);
+        });
+        Ok(EventFeed {
+            batches: Arc::new(Mutex::new(batches)),
+            task: parking_lot::Mutex::new(Some(task)),
+            panicked,
+        })
+    }
+}
+
+/// A batch on its way to Python: events become `StreamEvent`s only with the GIL held.
+struct Batch(Option<Vec<Event>>);
+
+impl<'py> IntoPyObject<'py> for Batch {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match self.0 {
+            None => Ok(py.None().into_bound(py)),
+            Some(events) => {
+                let items = events
+                    .into_iter()
+                    .map(|event| Bound::new(py, StreamEvent { event, decoded: OnceLock::new() }))
+                    .collect::<PyResult<Vec<_>>>()?;
+                items.into_pyobject(py).map(|list| list.into_any())
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl EventFeed {
+    /// The next batch of events, or `None` once the stream has ended; raises the error that
+    /// ended it. Blocks (or is awaited, when `asynchronous`).
+    fn next_batch<'py>(&self, py: Python<'py>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
+        let batches = self.batches.clone();
+        let panicked = self.panicked.clone();
+        runtime::run(py, "stream", asynchronous, async move {
+            let next = batches.lock().await.recv().await;
+            if next.is_none() {
+                if let Some(detail) = panicked.lock().clone() {
+                    return Err(internal_error("stream", &detail));
+                }
+            }
+            Ok(Outcome(match next {
+                None => Ok(Batch(None)),
+                Some(Ok(events)) => Ok(Batch(Some(events))),
+                Some(Err(e)) => Err(e),
+            }))
+        })
+    }
+
+    /// Stops reading: the connection is closed and no more events arrive.
+    fn close(&self) {
+        if let Some(task) = self.task.lock().take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for EventFeed {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.get_mut().take() {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! A lens session's SSE stream (`GET /lens/sessions/consumer/{session_id}`) as a lossless feed of
+//! events: the framing is the SSE standard's (parsed by `eventsource-stream2`: CR, LF and CRLF,
+//! a CRLF split across chunks, multi-line `data`, comments, `retry`); on a dropped or stalled
+//! connection the feed reconnects with `Last-Event-ID` set to the last event it read, with
+//! backoff and a bounded number of attempts, so the caller sees every event once. It ends on
+//! `sse.stream.end`. Events go out in batches, so handing them to Python costs one channel hop
+//! per batch rather than per event.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use eventsource_stream2::{Event, EventStream};
+use futures_util::{FutureExt, Stream, StreamExt};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+
+use super::endpoint::Surface;
+use super::error::Error;
+use super::transport::{error_chain, Call, Transport};
+
+/// The frame types that are the protocol's, not the lens's output.
+pub const STREAM_START: &str = "sse.stream.start";
+pub const STREAM_HEARTBEAT: &str = "sse.stream.heartbeat";
+pub const STREAM_END: &str = "sse.stream.end";
+
+/// Reconnects in a row without receiving an event before the feed gives up. The count starts
+/// over whenever an event arrives, so a long stream that drops now and then never runs out.
+pub const MAX_RECONNECTS: u32 = 8;
+
+/// Events per batch handed to the reader: large enough that the channel hop is amortised, small
+/// enough that a slow reader holds little.
+const BATCH: usize = 512;
+
+/// The parser copies what follows each line it consumes; feeding it network chunks of 64 KiB
+/// made that quadratic. Slices of this size (views, no copy) keep each line's cost small.
+const PARSE_SLICE: usize = 2048;
+
+/// One event of the stream: its `id` (the resume cursor), `type`, and the JSON texts of its
+/// `event_data` and of the whole `data` object. A frame whose data is not a JSON object is kept
+/// (never dropped): its type is the SSE event name and `data` the raw text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamEvent {
+    pub id: String,
+    pub kind: String,
+    pub event_data: Option<String>,
+    pub data: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct StreamOptions {
+    /// Resume after this event (a later process continuing a stream).
+    pub last_event_id: Option<String>,
+    /// Hand heartbeats to the caller too (they are hidden by default).
+    pub heartbeats: bool,
+}
+
+/// What the feed sends its reader: a batch of events, or the error that ended it. The channel
+/// closing after a batch means the stream ended normally.
+pub type Feed = Result<Vec<StreamEvent>, Error>;
+
+#[derive(Deserialize)]
+struct Frame<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    event_data: Option<&'a RawValue>,
+}
+
+fn to_event(event: Event) -> StreamEvent {
+    match serde_json::from_str::<Frame<'_>>(&event.data) {
+        Ok(frame) => StreamEvent {
+            id: event.id,
+            kind: frame.kind.map(|k| k.into_owned()).unwrap_or(event.event),
+            event_data: frame.event_data.map(|raw| raw.get().to_string()),
+            data: event.data,
+        },
+        Err(_) => StreamEvent { id: event.id, kind: event.event, event_data: None, data: event.data },
+    }
+}
+
+/// How one connection ended.
+enum Ended {
+    /// `sse.stream.end` arrived: the stream is over.
+    Graceful,
+    /// The connection closed, broke or stalled; `received` says whether any event came first.
+    Lost { reason: String, received: bool },
+    /// The reader went away.
+    Abandoned,
+}
+
+/// Reads the stream at `path` (under the API base) into `tx` until it ends, the reader hangs
+/// up, or reconnecting fails `MAX_RECONNECTS` times in a row. Meant to be spawned; the caller
+/// drops the receiver to stop it.
+pub async fn pump(transport: &Transport, path: &str, options: StreamOptions, tx: mpsc::Sender<Feed>) {
+    let url = format!("{}{}", Surface::Api.base(transport), path);
+    let mut last_id = options.last_event_id.clone();
+    let mut server_retry: Option<Duration> = None;
+    let mut failures: u32 = 0;
+    loop {
+        let mut call = Call::get(url.clone());
+        call.streaming = true;
+        call.headers.push(("accept", "text/event-stream".to_string()));
+        if let Some(id) = &last_id {
+            call.headers.push(("last-event-id", id.clone()));
+        }
+        // The transport applies the retry rule to the connect itself (429, 5xx, refused).
+        let ended = match transport.execute(&call, |response| async move { Ok(response) }).await {
+            Ok(response) => {
+                let chunks = response.bytes_stream().map(|chunk| chunk.map(slices));
+                let events = EventStream::new(chunks.flat_map(|slices| match slices {
+                    Ok(parts) => futures_util::stream::iter(parts.into_iter().map(Ok)).left_stream(),
+                    Err(e) => futures_util::stream::iter(vec![Err(e)]).right_stream(),
+                }));
+                read(events, &options, &mut last_id, &mut server_retry, transport.config.timeouts.read, &tx).await
+            }
+            // A 4xx (unknown session, bad key) will not change by reconnecting.
+            Err(e) if !e.is_retryable() => {
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+            Err(e) => Ended::Lost { reason: e.to_string(), received: false },
+        };
+        match ended {
+            Ended::Graceful | Ended::Abandoned => return,
+            Ended::Lost { reason, received } => {
+                failures = if received { 1 } else { failures + 1 };
+                if failures > MAX_RECONNECTS {
+                    let message = format!(
+                        "the event stream was lost and {MAX_RECONNECTS} reconnects in a row brought no event \
+                         (last: {reason}); resume later with last_event_id={:?}",
+                        last_id.as_deref().unwrap_or("")
+                    );
+                    let _ = tx.send(Err(Error::Connection { message })).await;
+                    return;
+                }
+                log::debug!("event stream lost ({reason}); reconnecting after {:?}", last_id);
+                let wait = match server_retry {
+                    Some(retry) if failures == 1 => retry,
+                    _ => transport.config.retry.delay(failures, None),
+                };
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}
+
+/// `chunk` as views of at most `PARSE_SLICE` bytes.
+fn slices(chunk: Bytes) -> Vec<Bytes> {
+    (0..chunk.len()).step_by(PARSE_SLICE).map(|at| chunk.slice(at..(at + PARSE_SLICE).min(chunk.len()))).collect()
+}
+
+async fn read<S, E>(
+    mut events: EventStream<S>,
+    options: &StreamOptions,
+    last_id: &mut Option<String>,
+    server_retry: &mut Option<Duration>,
+    stall: Duration,
+    tx: &mpsc::Sender<Feed>,
+) -> Ended
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::error::Error,
+{
+    let mut received = false;
+    loop {
+        let first = match tokio::time::timeout(stall, events.next()).await {
+            Err(_) => {
+                return Ended::Lost { reason: format!("no data for {:.0}s", stall.as_secs_f64()), received }
+            }
+            Ok(next) => next,
+        };
+        let mut batch = Vec::new();
+        let mut next = first;
+        let mut ended = None;
+        // Everything already parsed goes out in one batch.
+        loop {
+            match next {
+                None => {
+                    ended = Some(Ended::Lost { reason: "the server closed the stream".into(), received });
+                    break;
+                }
+                Some(Err(e)) => {
+                    let reason = match (e.as_utf8(), e.as_transport()) {
+                        (_, Some(cause)) => format!("the connection broke: {}", error_chain(cause)),
+                        _ => "the stream is not UTF-8".to_string(),
+                    };
+                    ended = Some(Ended::Lost { reason, received });
+                    break;
+                }
+                Some(Ok(event)) => {
+                    if let Some(retry) = event.retry {
+                        *server_retry = Some(retry);
+                    }
+                    let event = to_event(event);
+                    // A server that replays the event it resumed after must not repeat it.
+                    let repeated = !event.id.is_empty() && last_id.as_deref() == Some(event.id.as_str());
+                    if !event.id.is_empty() {
+                        *last_id = Some(event.id.clone());
+                    }
+                    received = true;
+                    if event.kind == STREAM_END {
+                        ended = Some(Ended::Graceful);
+                        break;
+                    }
+                    let hidden = event.kind == STREAM_START || (event.kind == STREAM_HEARTBEAT && !options.heartbeats);
+                    if !repeated && !hidden {
+                        batch.push(event);
+                    }
+                }
+            }
+            if batch.len() >= BATCH {
+                break;
+            }
+            match events.next().now_or_never() {
+                Some(more) => next = more,
+                None => break,
+            }
+        }
+        if !batch.is_empty() && tx.send(Ok(batch)).await.is_err() {
+            return Ended::Abandoned;
+        }
+        if let Some(ended) = ended {
+            return ended;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn parse(chunks: Vec<&'static [u8]>, options: StreamOptions) -> (Vec<StreamEvent>, Option<String>) {
+        let stream = futures_util::stream::iter(chunks.into_iter().map(|c| Ok::<_, std::io::Error>(Bytes::from(c))));
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut last = options.last_event_id.clone();
+        let mut retry = None;
+        read(EventStream::new(stream), &options, &mut last, &mut retry, Duration::from_secs(5), &tx).await;
+        drop(tx);
+        let mut out = Vec::new();
+        while let Some(Ok(batch)) = rx.recv().await {
+            out.extend(batch);
+        }
+        (out, last)
+    }
+
+    #[tokio::test]
+    async fn framing_follows_the_standard() {
+        let chunks: Vec<&'static [u8]> = vec![
+            b": a comment\r\nretry: 100\r\n\r",
+            b"\nevent: message\rid: 1\rdata: {\"type\": \"inference.result\",\r",
+            b"data: \"event_data\": {\"x\": 1}}\r\n\r",
+            b"\n",
+            b"id: 2\ndata: {\"type\": \"sse.stream.heartbeat\", \"event_data\": {}}\n\n",
+            b"id: 3\ndata: not json\n\n",
+            b"id: 4\ndata: {\"type\": \"sse.stream.end\"}\n\n",
+            b"id: 5\ndata: {\"type\": \"after.end\"}\n\n",
+        ];
+        let (events, last) = parse(chunks, StreamOptions::default()).await;
+        let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds, ["inference.result", "message"]);
+        assert_eq!(events[0].id, "1");
+        assert_eq!(events[0].event_data.as_deref(), Some("{\"x\": 1}"));
+        assert_eq!(events[0].data, "{\"type\": \"inference.result\",\n\"event_data\": {\"x\": 1}}");
+        assert_eq!(events[1].data, "not json");
+        assert_eq!(last.as_deref(), Some("4"));
+    }
+
+    #[tokio::test]
+    async fn heartbeats_on_request_and_no_repeat_of_the_resumed_event() {
+        let chunks: Vec<&'static [u8]> = vec![
+            b"id: 7\ndata: {\"type\": \"inference.result\"}\n\n",
+            b"id: 8\ndata: {\"type\": \"sse.stream.heartbeat\"}\n\nid: 9\ndata: {\"type\": \"x\"}\n\n",
+        ];
+        let options = StreamOptions { last_event_id: Some("7".into()), heartbeats: true };
+        let (events, last) = parse(chunks, options).await;
+        let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["8", "9"]);
+        assert_eq!(last.as_deref(), Some("9"));
+    }
+
+    #[test]
+    fn slices_are_views_that_cover_the_chunk() {
+        let chunk = Bytes::from(vec![7u8; PARSE_SLICE * 2 + 5]);
+        let parts = slices(chunk.clone());
+        assert_eq!(parts.iter().map(Bytes::len).collect::<Vec<_>>(), [PARSE_SLICE, PARSE_SLICE, 5]);
+        assert_eq!(parts.concat(), chunk.to_vec());
+        assert!(slices(Bytes::new()).is_empty());
+    }
+}

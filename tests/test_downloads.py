@@ -1,0 +1,163 @@
+"""Downloading every output of a job (``batch.jobs.download_outputs``; agent results take the same
+path) against a scripted server: listing order, presigned URLs without the key and relative refs
+with it, expired URLs listed afresh, names kept inside the folder, a failed file that costs the
+others nothing, byte progress, and arguments refused before anything is sent."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from _fake_server import FakeServer, response
+from _helpers import run_on
+from sensorium.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+
+
+def content(name: str) -> bytes:
+    return (f"timestamp,Prediction\n# {name}\n" + "2026-11-23T10:00:00Z,idle\n" * (len(name) * 40)).encode()
+
+
+class Storage:
+    """A job's output listing plus the storage its presigned URLs point into. URLs listed the
+    first time for the names in ``expire`` answer 403 (expired); a second listing signs them
+    afresh. ``broken`` names answer 404 for good."""
+
+    def __init__(self, outputs: list[tuple[str, str]], expire: set[str] = frozenset(), broken: set[str] = frozenset()):
+        self.outputs = outputs  # (output id, filename); a filename starting "rel:" is served by a relative ref
+        self.expire, self.broken = set(expire), set(broken)
+        self.listings = 0
+        self.server = FakeServer(self.answer)
+
+    def answer(self, head: bytes) -> list[Any]:
+        method, target = head.split(b"\r\n")[0].decode().split(" ")[:2]
+        parts = urlsplit(target)
+        if parts.path == "/v0.5/batch/jobs/job_1/outputs":
+            self.listings += 1
+            return [response(200, json.dumps({"data": [self.record(i, n) for i, n in self.outputs],
+                                              "has_more": False, "next_cursor": None}).encode())]
+        name = parts.path.rsplit("/", 1)[-1]
+        signature = parse_qs(parts.query).get("sig", [""])[0]
+        if name in self.broken:
+            return [response(404, b'{"code": "NOT_FOUND", "message": "gone", "error_uid": "err-1"}')]
+        if signature == "old" and name in self.expire:
+            return [response(403, b"<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>")]
+        return [response(200, content(name))]
+
+    def record(self, output_id: str, filename: str) -> dict[str, Any]:
+        stored = filename.rsplit("/", 1)[-1].removeprefix("rel:")
+        if filename.startswith("rel:"):
+            ref = f"/batch/jobs/job_1/outputs/{output_id}/{stored}"
+        else:
+            sig = "old" if self.listings == 1 else "new"
+            ref = f"http://127.0.0.1:{self.server.base_url.split(':')[2].split('/')[0]}/store/{stored}?sig={sig}"
+        return {"id": output_id, "data": {"ref": ref, "filename": filename.removeprefix("rel:"),
+                                          "num_bytes": len(content(stored))}, "expires_at": "2026-11-23T11:00:00Z"}
+
+    def heads(self, path_start: str) -> list[bytes]:
+        return [h for h in self.server.requests if h.split(b" ")[1].decode().startswith(path_start)]
+
+    def __enter__(self) -> Storage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.close()
+
+
+@pytest.fixture
+def call(client_kind: str) -> Callable[..., Any]:
+    return lambda base_url, operation: run_on(client_kind, operation, api_key="sk-secret-key", base_url=base_url,
+                                              max_retries=0)
+
+
+def test_outputs_land_in_listing_order_with_expired_urls_fetched_afresh(call, tmp_path):
+    outputs = [(f"out_{i}", f"pred_input{i:02d}_part_0.csv") for i in range(40)] + [("out_rel", "rel:summary.csv")]
+    expired = {name for i, (_, name) in enumerate(outputs) if i % 3 == 0}
+    with Storage(outputs, expire=expired) as storage:
+        paths = call(storage.server.base_url,
+                     lambda c: c.batch.jobs.download_outputs("job_1", tmp_path / "new" / "dir", concurrency=8))
+        assert storage.listings == 2  # the expired ones were listed again, once
+        presigned = storage.heads("/store/")
+        relative = storage.heads("/v0.5/batch/jobs/job_1/outputs/out_rel/")
+    names = [name.removeprefix("rel:") for _, name in outputs]
+    assert paths == [tmp_path / "new" / "dir" / name for name in names]
+    for path in paths:
+        assert path.read_bytes() == content(path.name)
+    assert sorted(p.name for p in (tmp_path / "new" / "dir").iterdir()) == sorted(names)  # no partial files
+    assert len(presigned) == 40 + len(expired)
+    assert not any(b"authorization" in h.lower() for h in presigned)  # the key never goes to storage
+    assert relative and b"Bearer sk-secret-key" in relative[0]
+
+
+def test_server_names_stay_in_the_folder_and_never_overwrite_each_other(call, tmp_path):
+    outputs = [("out_a", "../../escape.csv"), ("out_b", "same.csv"), ("out_c", "nested/same.csv")]
+    with Storage(outputs) as storage:
+        paths = call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path))
+    assert [p.name for p in paths] == ["escape.csv", "same.csv", "same__out_c.csv"]
+    assert all(p.parent == tmp_path for p in paths)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["escape.csv", "same.csv", "same__out_c.csv"]
+
+
+def test_a_file_that_fails_for_good_costs_the_others_nothing(call, tmp_path):
+    outputs = [(f"out_{i}", f"part_{i}.csv") for i in range(6)]
+    with Storage(outputs, expire={"part_2.csv"}, broken={"part_4.csv"}) as storage:
+        with pytest.raises(NotFoundError):
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"part_{i}.csv" for i in (0, 1, 2, 3, 5)]
+
+
+def test_a_url_that_stays_refused_raises_after_one_fresh_listing(call, tmp_path):
+    with Storage([("out_1", "a.csv")], expire={"a.csv"}) as storage:
+        storage.record = _always_old(storage)  # type: ignore[method-assign]
+        with pytest.raises(PermissionDeniedError):
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path))
+        assert storage.listings == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def _always_old(storage: Storage) -> Callable[[str, str], dict[str, Any]]:
+    plain = storage.record
+
+    def record(output_id: str, filename: str) -> dict[str, Any]:
+        listed = plain(output_id, filename)
+        listed["data"]["ref"] = listed["data"]["ref"].replace("sig=new", "sig=old")
+        return listed
+
+    return record
+
+
+def test_byte_progress_counts_every_file_once(call, tmp_path):
+    outputs = [(f"out_{i}", f"p{i}.csv") for i in range(10)]
+    seen: list[tuple[int, int]] = []
+    with Storage(outputs, expire={"p3.csv", "p7.csv"}) as storage:
+        call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs(
+            "job_1", tmp_path, on_progress=lambda done, total: seen.append((done, total))))
+    everything = sum(len(content(f"p{i}.csv")) for i in range(10))
+    assert seen, "no progress was reported"
+    assert all(done <= total for done, total in seen)
+    # The second round (the two expired files afresh) reports its own bytes.
+    assert seen[-1] == (len(content("p3.csv")) + len(content("p7.csv")),) * 2
+    assert max(total for _, total in seen) == everything
+
+
+@pytest.mark.parametrize("concurrency, error", [(0, InvalidArgumentError), (257, InvalidArgumentError),
+                                                (True, TypeError), ("8", TypeError)])
+def test_bad_concurrency_is_refused_before_sending(call, tmp_path, concurrency, error):
+    with Storage([("out_1", "a.csv")]) as storage:
+        with pytest.raises(error, match="concurrency"):
+            call(storage.server.base_url,
+                 lambda c: c.batch.jobs.download_outputs("job_1", tmp_path / "x", concurrency=concurrency))
+        assert storage.server.requests == []
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_listing_without_a_ref_is_refused_naming_the_output(call, tmp_path):
+    with Storage([("out_1", "a.csv")]) as storage:
+        plain = storage.record
+        storage.record = lambda i, n: {**plain(i, n), "data": {"filename": "a.csv"}}  # type: ignore[method-assign]
+        with pytest.raises(InvalidArgumentError, match="out_1"):
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path / "y"))
+    assert not (tmp_path / "y").exists()
+

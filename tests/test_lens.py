@@ -1,0 +1,259 @@
+"""The lens surface through the public API against the emulator, sync and async: register →
+session → wait running → stream → destroy (the stream ends); streams that lose and repeat
+nothing over dropped connections and across processes; heartbeats on request; the refused
+shapes; the echoed key never kept; one DeprecationWarning per process."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import pytest
+
+from _fake_server import FakeServer
+from _helpers import header, run_on
+from sensorium.errors import InvalidArgumentError, LensEventError, NotFoundError, WaitTimeoutError
+from sensorium.testing import Emulator
+from sensorium.types import Lens, LensSession, StreamEvent
+
+pytestmark = pytest.mark.filterwarnings("ignore:the lens runtime is deprecated:DeprecationWarning")
+
+NOOP = {"processor_name": "lens_noop_processor", "processor_config": {}}
+SSE = {"processor_name": "server_sent_events_writer", "processor_config": {}}
+
+
+@pytest.fixture
+def emu():
+    with Emulator(lens_heartbeat_interval=0.2) as emulator:
+        yield emulator
+
+
+def on(emu: Emulator, kind: str, operation: Callable[[Any], Any], **options: Any) -> Any:
+    return run_on(kind, operation, api_key=emu.api_key, base_url=emu.base_url, **options)
+
+
+def read(emu: Emulator, kind: str, session_id: str, *, stop_after: Optional[int] = None,
+         **options: Any) -> tuple[list[StreamEvent], Optional[str]]:
+    """The events of one stream (until it ends, or ``stop_after`` events), and its last_event_id."""
+    client_options = {k: options.pop(k) for k in ("read_timeout", "max_retries") if k in options}
+    events: list[StreamEvent] = []
+    if kind == "sync":
+        with emu.client(**client_options) as client:
+            with client.lens.sessions.stream(session_id, **options) as stream:
+                for event in stream:
+                    events.append(event)
+                    if stop_after is not None and len(events) == stop_after:
+                        break
+                return events, stream.last_event_id
+
+    async def main() -> Optional[str]:
+        import sensorium
+
+        async with sensorium.AsyncClient(api_key=emu.api_key, base_url=emu.base_url, **client_options) as client:
+            async with client.lens.sessions.stream(session_id, **options) as stream:
+                async for event in stream:
+                    events.append(event)
+                    if stop_after is not None and len(events) == stop_after:
+                        break
+                return stream.last_event_id
+
+    return events, asyncio.run(main())
+
+
+def running_session(emu: Emulator, kind: str, pipeline: list[dict[str, Any]]) -> str:
+    lens = on(emu, kind, lambda c: c.lens.register("echo", model_pipeline=pipeline))
+    session = on(emu, kind, lambda c: c.lens.sessions.create(lens.lens_id))
+    on(emu, kind, lambda c: c.lens.sessions.wait_until_running(session.session_id, timeout=10))
+    return str(session.session_id)
+
+
+def feed(emu: Emulator, session_id: str, count: int, start: int = 0) -> None:
+    with emu.client() as client:
+        for i in range(start, start + count):
+            client.lens.sessions.process_event(session_id, {"type": "data.json", "event_data": {"i": i}})
+
+
+def in_background(work: Callable[[], Any]) -> Callable[[], Any]:
+    """Starts ``work`` on a thread; the returned function joins it and gives its result."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as e:  # handed to the test thread
+            box["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def join() -> Any:
+        thread.join(timeout=60)
+        assert not thread.is_alive(), "the stream did not end"
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    return join
+
+
+def test_register_session_stream_destroy(emu, client_kind):
+    lens = on(emu, client_kind, lambda c: c.lens.register("echo", model_pipeline=[NOOP, SSE]))
+    assert isinstance(lens, Lens) and lens.lens_id.startswith("lns-") and lens.lens_config["lens_name"] == "echo"
+    session = on(emu, client_kind, lambda c: c.lens.sessions.create(lens.lens_id))
+    assert isinstance(session, LensSession) and session.status == "registered" and session.num_events == 0
+    running = on(emu, client_kind, lambda c: c.lens.sessions.wait_until_running(session.session_id, timeout=10))
+    assert running.status == "running" and running.session_start_timestamp is not None
+    answer = on(emu, client_kind, lambda c: c.lens.sessions.process_event(
+        session.session_id, {"type": "data.json", "event_data": {"i": 0}}))
+    assert answer["response"][0]["type"] == "inference.result"
+    feed(emu, session.session_id, 4, start=1)
+
+    done = in_background(lambda: read(emu, client_kind, session.session_id))
+    time.sleep(0.5)
+    destroyed = on(emu, client_kind, lambda c: c.lens.sessions.destroy(session.session_id))
+    assert destroyed.status == "destroyed" and destroyed.session_destroyed_timestamp is not None
+    events, last_id = done()
+    assert [e.type for e in events] == ["inference.result"] * 5
+    assert [e.event_data for e in events] == [{"i": i} for i in range(5)]
+    assert last_id == events[-1].id
+    with pytest.raises(NotFoundError):
+        read(emu, client_kind, session.session_id)
+
+
+def test_dropped_connections_lose_and_repeat_nothing(emu, client_kind):
+    session_id = running_session(emu, client_kind, [NOOP, SSE])
+    emu.drop_streams(every=37)
+    feed(emu, session_id, 200)
+    done = in_background(lambda: read(emu, client_kind, session_id))
+    feed(emu, session_id, 200, start=200)
+    with emu.client() as client:
+        client.lens.sessions.destroy(session_id)
+    events, _ = done()
+    assert [e.event_data["i"] for e in events] == list(range(400))
+    consumer = [r for r in emu.requests if "/lens/sessions/consumer/" in r.path]
+    assert len(consumer) >= 400 // 37  # it really reconnected, each time after the last event read
+    assert all(header(r, "last-event-id") for r in consumer[1:])
+
+
+def test_a_later_process_resumes_where_the_first_stopped(emu, client_kind):
+    session_id = running_session(emu, client_kind, [NOOP, SSE])
+    feed(emu, session_id, 30)
+    first, last_id = read(emu, client_kind, session_id, stop_after=12)
+    assert [e.event_data["i"] for e in first] == list(range(12)) and last_id == first[-1].id
+    done = in_background(lambda: read(emu, client_kind, session_id, last_event_id=last_id))
+    time.sleep(0.3)
+    with emu.client() as client:
+        client.lens.sessions.destroy(session_id)
+    rest, _ = done()
+    assert [e.event_data["i"] for e in rest] == list(range(12, 30))
+
+
+def test_heartbeats_only_when_asked(emu, client_kind):
+    session_id = running_session(emu, client_kind, [NOOP, SSE])
+    feed(emu, session_id, 1)
+    events, _ = read(emu, client_kind, session_id, heartbeats=True, stop_after=3)
+    assert events[0].type == "inference.result"
+    beats = [e for e in events if e.type == "sse.stream.heartbeat"]
+    assert beats and beats[0].event_data["message_timeout"] == 5.0
+    quiet, _ = read(emu, client_kind, session_id, stop_after=1)
+    assert [e.type for e in quiet] == ["inference.result"]
+
+
+def test_a_stalled_connection_is_resumed_after_the_last_event():
+    frames = [f"event: message\r\nid: {i}\r\ndata: {{\"type\": \"inference.result\", \"event_data\": {{\"i\": {i}}}}}"
+              f"\r\n\r\n".encode() for i in range(1, 7)]
+    seen: list[bytes] = []
+
+    def script(head: bytes) -> list[Any]:
+        seen.append(head)
+        start = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"last-event-id:"):
+                start = int(line.split(b":", 1)[1])
+        head_bytes = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+        if start == 0:  # three events, a frame cut in half, then silence
+            return [head_bytes + b"".join(frames[:3]) + frames[3][:20], 30.0]
+        return [head_bytes + b"".join(frames[start:]) + b'id: 99\ndata: {"type": "sse.stream.end"}\n\n']
+
+    import sensorium
+
+    with FakeServer(script) as server:
+        with sensorium.Client(api_key="sk-test", base_url=server.base_url, read_timeout=0.5) as client:
+            with client.lens.sessions.stream("lsn-1") as stream:
+                got = [e.event_data["i"] for e in stream]
+    assert got == [1, 2, 3, 4, 5, 6]
+    assert len(seen) == 2 and b"last-event-id: 3" in seen[1].lower()
+
+
+def test_refused_shapes(emu, client_kind):
+    with emu.client() as client:
+        for bad, argument in ((lambda: client.lens.register(" ", model_pipeline=[NOOP]), "name"),
+                              (lambda: client.lens.register("x"), "model_pipeline"),
+                              (lambda: client.lens.register("x", model_pipeline=[{"name": "noop"}]), "model_pipeline"),
+                              (lambda: client.lens.register("lens_name: [unclosed\nmodel_pipeline: []"), "name"),
+                              (lambda: client.lens.sessions.process_event("lsn-1", {"data": 1}), "event"),
+                              (lambda: client.lens.modify("lns-1"), "lens_name")):
+            with pytest.raises(InvalidArgumentError) as info:
+                bad()
+            assert info.value.argument == argument
+        assert emu.requests == []
+    session_id = running_session(emu, client_kind, [NOOP])
+    with pytest.raises(LensEventError) as refused:
+        on(emu, client_kind, lambda c: c.lens.sessions.process_event(session_id, {"type": "bogus", "data": 1}))
+    assert "bogus" in str(refused.value) and refused.value.body["type"] == "error"
+    with pytest.raises(NotFoundError):
+        on(emu, client_kind, lambda c: c.lens.sessions.info("lsn-missing"))
+
+
+def test_lens_from_yaml_or_dict_clone_modify_delete(emu, client_kind):
+    text = "lens_name: from yaml\nmodel_pipeline:\n  - processor_name: lens_noop_processor\n    processor_config: {}\n"
+    lens = on(emu, client_kind, lambda c: c.lens.register(text))
+    assert lens.lens_name == "from yaml"
+    other = on(emu, client_kind, lambda c: c.lens.register({"lens_name": "as dict", "model_pipeline": [NOOP]}))
+    clone = on(emu, client_kind, lambda c: c.lens.clone(other.lens_id, name="copy"))
+    assert clone.lens_name == "copy" and clone.lens_id != other.lens_id
+    changed = on(emu, client_kind, lambda c: c.lens.modify(clone.lens_id, model_pipeline=[NOOP, SSE]))
+    assert [p["processor_name"] for p in changed.lens_config["model_pipeline"]] == [
+        "lens_noop_processor", "server_sent_events_writer"]
+    assert on(emu, client_kind, lambda c: c.lens.info(clone.lens_id)).lens_config == changed.lens_config
+    on(emu, client_kind, lambda c: c.lens.delete(clone.lens_id))
+    ids = {item.lens_id for item in on(emu, client_kind, lambda c: c.lens.metadata())}
+    assert {lens.lens_id, other.lens_id} <= ids and clone.lens_id not in ids
+
+
+def test_both_status_spellings_and_a_timeout(emu, client_kind):
+    emu.set_lens_status_style("number")
+    session_id = running_session(emu, client_kind, [NOOP])
+    assert on(emu, client_kind, lambda c: c.lens.sessions.info(session_id)).session_status == "3"
+    sessions = on(emu, client_kind, lambda c: c.lens.sessions.metadata())
+    assert [s.status for s in sessions] == ["running"]
+    lens = on(emu, client_kind, lambda c: c.lens.register("slow", model_pipeline=[NOOP]))
+    fresh = on(emu, client_kind, lambda c: c.lens.sessions.create(lens.lens_id))
+    with pytest.raises(WaitTimeoutError):
+        on(emu, client_kind, lambda c: c.lens.sessions.wait_until_running(fresh.session_id, timeout=0))
+
+
+def test_the_echoed_key_is_never_kept(emu):
+    with emu.client() as client:
+        lens = client.lens.register("echo", model_pipeline=[NOOP])
+        session = client.lens.sessions.create(lens.lens_id)
+    assert session.api_key == "<redacted>"
+    for text in (repr(session), str(session.to_dict()), str(pickle.loads(pickle.dumps(session)))):
+        assert emu.api_key not in text
+
+
+def test_one_deprecation_warning_per_process(emu):
+    code = ("import warnings, sensorium\n"
+            "warnings.simplefilter('always')\n"
+            "with warnings.catch_warnings(record=True) as seen:\n"
+            f"    c = sensorium.Client(api_key='k', base_url='{emu.base_url}')\n"
+            f"    c.lens; c.lens.sessions; sensorium.AsyncClient(api_key='k', base_url='{emu.base_url}').lens\n"
+            "print([str(w.message) for w in seen if w.category is DeprecationWarning])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    messages = eval(out)
+    assert len(messages) == 1 and "deprecated" in messages[0] and "agents" in messages[0]
