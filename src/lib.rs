@@ -21,6 +21,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bindings::stream::EventFeed>()?;
     m.add_class::<bindings::stream::StreamEvent>()?;
     m.add_class::<bindings::stream::LensSocket>()?;
+    m.add_class::<bindings::embed_many::EmbedBatch>()?;
     m.add_function(wrap_pyfunction!(bindings::logging::reset_logging, m)?)?;
     m.add_function(wrap_pyfunction!(bindings::errors::panic_for_tests, m)?)?;
     bindings::logging::install(m.py());

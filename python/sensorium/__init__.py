@@ -18,6 +18,7 @@ For local work and tests, ``sensorium.testing.Emulator`` runs a local stand-in o
 from . import errors, events, fine_tuning, types
 from ._client import AsyncClient, Client
 from ._core import __version__
+from ._windows import windows
 from .pagination import AsyncPager, Page, SyncPager
 from .types import Embeddings, FileRecord, Model, QueryResult
 
@@ -35,5 +36,6 @@ __all__ = [
     "events",
     "fine_tuning",
     "types",
+    "windows",
     "__version__",
 ]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+import os
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from . import _core
+from ._embed_many import WindowProgress, embed_many_async, embed_many_sync
 from ._numeric import as_channels
 from ._options import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -24,14 +26,20 @@ from .resources.batch import AsyncBatch, Batch
 from .resources.fine_tuning import AsyncFineTuning, FineTuning
 from .resources.jobs import AsyncJobs, Jobs
 from .resources.lens import AsyncLensRuntime, LensRuntime, warn_deprecated
+from .errors import ConfigurationError
 from .types import Embeddings, QueryResult
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     from typing_extensions import Self, Unpack
 
     from .types import QueryParams
 
 __all__ = ["Client", "AsyncClient"]
+
+#: Where an unpickled client finds its key.
+API_KEY_ENV = "SENSORIUM_API_KEY"
 
 
 class _BaseClient:
@@ -89,11 +97,42 @@ class _BaseClient:
             return f"{type(self).__name__}(closed)"
         return f"{type(self).__name__}(base_url={self.base_url!r})"
 
+    def __copy__(self) -> Any:
+        # Pickling drops the key on purpose; a copy that silently took another key from the
+        # environment would surprise. with_options() is the way to a second client.
+        raise TypeError(f"{type(self).__name__} cannot be copied; use client.with_options() for a variant")
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return self.__copy__()
+
     def __reduce__(self) -> Any:
-        raise TypeError(
-            f"{type(self).__name__} cannot be pickled: it holds an API key. Create a client in the other "
-            "process instead (the constructor reads SENSORIUM_API_KEY and SENSORIUM_BASE_URL)."
+        """Pickles the configuration (base URLs, timeouts, retries, headers), never the key: the
+        process that unpickles takes the key from ``SENSORIUM_API_KEY``. So a client can be
+        shipped to workers (multiprocessing, Dask) that each hold the key in their environment."""
+        if isinstance(self._core, ClosedCore):
+            raise TypeError(f"a closed {type(self).__name__} cannot be pickled")
+        config = {
+            "base_url": self.base_url,
+            "agents_base_url": self.agents_base_url,
+            "timeout": self._options.timeout,
+            "connect_timeout": self._options.connect_timeout,
+            "read_timeout": self._options.read_timeout,
+            "max_retries": self._options.max_retries,
+            "default_headers": dict(self._options.default_headers),
+        }
+        return (_unpickle_client, (type(self), config))
+
+
+def _unpickle_client(cls: type[_BaseClient], config: dict[str, Any]) -> _BaseClient:
+    """Rebuilds a pickled client with the key of this process's environment."""
+    key = os.environ.get(API_KEY_ENV)
+    if not key:
+        raise ConfigurationError(
+            f"cannot unpickle a sensorium {cls.__name__}: pickles never hold the API key, and {API_KEY_ENV} is "
+            f"not set in this process. Set {API_KEY_ENV} where the client is unpickled (for example in each "
+            "worker's environment)."
         )
+    return cls(api_key=key, **config)
 
 
 def _embed_args(data: Any, normalize_input: bool) -> tuple[Any, bool]:
@@ -178,6 +217,43 @@ class Client(_BaseClient):
         result: Embeddings = self._core.embed(model, array, normalize, {}, False)
         return result
 
+    def embed_many(
+        self,
+        model: str,
+        windows: Any,
+        *,
+        per_channel: bool = False,
+        normalize_input: Optional[bool] = None,
+        concurrency: Optional[int] = None,
+        progress: WindowProgress = False,
+    ) -> npt.NDArray[np.float32]:
+        """Embeds many windows and returns float32 (N, channels, 768), in input order.
+
+        ``windows`` is a 3-D array (N, channels, window) such as :func:`sensorium.windows` gives, a
+        list of (channels, window) arrays, or an iterator of them, read lazily in chunks as
+        requests finish, so a recording larger than memory streams through. Requests run
+        concurrently from the native core (``concurrency`` in flight, 64 by default), each
+        retried by the client's retry rule; after a 429 the whole batch slows to the rate the
+        server allows, honouring ``Retry-After``. ``per_channel=True`` sends one request per
+        channel (for servers that refuse large multichannel bodies) and reassembles them.
+        ``normalize_input`` is sent when given. ``progress=True`` shows a tqdm bar; a callable is
+        called as ``progress(windows_done, windows_total)``.
+
+        If some windows still fail, the others finish first; then
+        :class:`~sensorium.errors.EmbedManyError` names the first failed index, its ``partial``
+        holds every vector computed (NaN rows for the failed windows) and ``__cause__`` the first
+        failure. Ctrl-C stops the whole batch.
+
+        >>> import numpy as np, sensorium
+        >>> recording = np.random.rand(100_000, 4)                                   # (time, channels)
+        >>> w = sensorium.windows(recording, window=1024)
+        >>> vectors = client.embed_many("Encoder::encoder_embeddings_01", w, per_channel=True)  # doctest: +SKIP
+        >>> vectors.shape                                                            # doctest: +SKIP
+        (97, 4, 768)
+        """
+        return embed_many_sync(self._core, model, windows, per_channel=per_channel,
+                               normalize_input=normalize_input, concurrency=concurrency, progress=progress)
+
     def close(self) -> None:
         """Releases this client's hold on its connections; later calls raise."""
         self._core = ClosedCore()
@@ -243,6 +319,24 @@ class AsyncClient(_BaseClient):
         array, normalize = _embed_args(data, normalize_input)
         result: Embeddings = await self._core.embed(model, array, normalize, {}, True)
         return result
+
+    async def embed_many(
+        self,
+        model: str,
+        windows: Any,
+        *,
+        per_channel: bool = False,
+        normalize_input: Optional[bool] = None,
+        concurrency: Optional[int] = None,
+        progress: WindowProgress = False,
+    ) -> npt.NDArray[np.float32]:
+        """See :meth:`Client.embed_many`; the loop that feeds windows runs on the event loop,
+        the requests in the native core.
+
+        >>> vectors = await client.embed_many("Encoder::encoder_embeddings_01", w)  # doctest: +SKIP
+        """
+        return await embed_many_async(self._core, model, windows, per_channel=per_channel,
+                                      normalize_input=normalize_input, concurrency=concurrency, progress=progress)
 
     def close(self) -> None:
         """Releases this client's hold on its connections; later calls raise."""

@@ -17,14 +17,26 @@ TICK_SECONDS = 0.2
 
 
 class _Reporter:
-    def __init__(self, on_progress: Optional[ProgressCallback], bar: bool, description: str) -> None:
+    """Feeds a callback and/or a tqdm bar from ``counts()`` (``(done, total)``; by default the
+    byte counts of ``handle``, a ``_core.Progress`` the native core updates)."""
+
+    def __init__(
+        self,
+        on_progress: Optional[Callable[..., Any]],
+        bar: bool,
+        description: str,
+        *,
+        unit: str = "B",
+        argument: str = "on_progress",
+        counts: Optional[Callable[[], tuple[int, Optional[int]]]] = None,
+    ) -> None:
         if on_progress is not None and not callable(on_progress):
-            raise InvalidArgumentError("on_progress: must be callable as on_progress(bytes_done, bytes_total)",
-                                       argument="on_progress")
+            raise InvalidArgumentError(f"{argument}: must be callable as {argument}(done, total)", argument=argument)
         self.handle = _core.Progress()
+        self._counts = counts or (lambda: (self.handle.done, self.handle.total))
+        self._last: tuple[int, Optional[int]] | None = None
         self._callback = on_progress
         self._bar: Any = None
-        self._last: tuple[int, int] | None = None
         if bar:
             try:
                 from tqdm.auto import tqdm  # type: ignore[import-untyped, unused-ignore]
@@ -34,14 +46,16 @@ class _Reporter:
                     "(pip install 'sensorium[progress]'); or pass on_progress=callback",
                     argument="progress",
                 ) from None
-            self._bar = tqdm(total=0, unit="B", unit_scale=True, unit_divisor=1024, desc=description)
+            scaled = unit == "B"
+            self._bar = tqdm(total=0 if scaled else None, unit=unit, unit_scale=scaled, unit_divisor=1024,
+                             desc=description)
 
     @property
     def active(self) -> bool:
         return self._callback is not None or self._bar is not None
 
     def tick(self) -> None:
-        done, total = self.handle.done, self.handle.total
+        done, total = self._counts()
         if (done, total) == self._last:
             return
         self._last = (done, total)

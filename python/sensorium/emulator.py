@@ -84,6 +84,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="spelling of lens session_status: enum string or bare number (default enum)")
     p.add_argument("--list-style", choices=("cursor", "offset"), default="cursor",
                    help="how the batch lists page: cursor (releases from 1.1.11, the default) or offset (before)")
+    p.add_argument("--rate-limit", type=float, default=None,
+                   help="requests per second per organization (bursts of at most as many); beyond it 429 "
+                   "with Retry-After (default: no limit)")
+    p.add_argument("--max-query-size-mb", type=float, default=None,
+                   help="the server's MAX_QUERY_SIZE_MB: combined prompt and encoder request bodies above it "
+                   "get 413 (default: 0.04 MB prompts, encoder bodies unlimited)")
     return p
 
 
@@ -105,6 +111,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             lens_heartbeat_interval=args.lens_heartbeat_interval,
             lens_status_style=args.lens_status_style,
             list_style=args.list_style,
+            rate_limit=args.rate_limit,
+            max_query_size_mb=args.max_query_size_mb,
         )
     except ValueError as e:
         parser.error(str(e))

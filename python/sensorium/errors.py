@@ -46,6 +46,7 @@ __all__ = [
     "AgentRunError",
     "WaitTimeoutError",
     "JobFailedError",
+    "EmbedManyError",
     "ErrorDetail",
 ]
 
@@ -92,6 +93,34 @@ class JobFailedError(SensoriumError):
 
 def _rebuild_job_failed_error(message: str, job: Any, errors: list[str]) -> JobFailedError:
     return JobFailedError(message, job=job, errors=errors)
+
+
+class EmbedManyError(SensoriumError):
+    """Some windows of ``embed_many`` still failed after their retries; every other window was
+    embedded. ``partial`` is the float32 array (N, channels, 768) with NaN rows for the failed
+    windows, ``failed`` their indices (ascending), and ``__cause__`` the first failure.
+
+    Example::
+
+        try:
+            vectors = client.embed_many(model, windows)
+        except EmbedManyError as e:
+            vectors = e.partial                      # keep the work done
+            retry = client.embed_many(model, windows[e.failed])
+            vectors[e.failed] = retry
+    """
+
+    def __init__(self, message: str, *, partial: Any = None, failed: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.partial = partial
+        self.failed = list(failed or [])
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_embed_many_error, (str(self), self.partial, self.failed))
+
+
+def _rebuild_embed_many_error(message: str, partial: Any, failed: list[int]) -> EmbedManyError:
+    return EmbedManyError(message, partial=partial, failed=failed)
 
 
 class WaitTimeoutError(SensoriumError, TimeoutError):

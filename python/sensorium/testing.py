@@ -112,6 +112,8 @@ class Emulator:
         lens_heartbeat_interval: Optional[float] = None,
         lens_status_style: LensStatusStyle = "enum",
         list_style: Literal["cursor", "offset"] = "cursor",
+        rate_limit: Optional[float] = None,
+        max_query_size_mb: Optional[float] = None,
     ) -> None:
         """``upload_part_size`` (bytes, default 400 MiB as live) and ``upload_url_ttl``
         (seconds, default 3600) shape the direct-to-cloud upload; tests use a few MiB so that
@@ -125,12 +127,20 @@ class Emulator:
         (default 1); ``lens_status_style`` spells ``session_status`` as the enum string
         (``"enum"``, ``LensSessionStatus.SESSION_STATUS_RUNNING``) or as a bare number
         (``"number"``, ``"3"``), both of which the platform sends.
+        ``rate_limit`` turns on a per-organization limit of that many requests per second (bursts
+        of at most that many), answered beyond it with 429 and ``Retry-After``.
+        ``max_query_size_mb`` is the server setting of the spec's ``/query`` size limit: the
+        combined prompt and the whole body of an encoder request above it get 413 (a request's
+        own ``max_query_size_mb`` field overrides it); unset, encoder bodies are not limited.
 
         Example::
 
             with Emulator(work_duration=2, page_size=5) as emu:
                 emu.fail_next_job("agent", error="GPU fell over")   # the next run ends failed
                 emu.lag_agent_status(10)   # records say "running" 10 s after a run ended
+
+            with Emulator(rate_limit=20, max_query_size_mb=0.04) as emu:
+                ...   # 429 past 20 requests/s; a (4, 1024) window in one request gets 413
         """
         self._server = EmulatorServer(
             port=port,
@@ -146,6 +156,8 @@ class Emulator:
             lens_heartbeat_interval=lens_heartbeat_interval,
             lens_status_style=lens_status_style,
             list_style=list_style,
+            rate_limit=rate_limit,
+            max_query_size_mb=max_query_size_mb,
         )
 
     @property

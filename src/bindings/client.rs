@@ -13,6 +13,7 @@ use pyo3::types::{PyDict, PyList};
 use serde_json::{Map, Value};
 
 use super::convert::{py_to_value, text_arg, type_name, Json, TextArgError};
+use super::embed_many::EmbedBatch;
 use super::errors::{guard, to_pyerr, Outcome, Outcomes};
 use super::stream::{EventFeed, LensSocket};
 use super::results::{EmbeddingsData, NumericEvent, Progress, QueryResult};
@@ -21,6 +22,7 @@ use crate::client::config::ClientConfig;
 use crate::client::files::{self, UploadMethod, UploadOptions};
 use crate::client::upload::{self, DirectUploadOptions};
 use crate::client::endpoint::{self, JsonCall, Surface};
+use crate::client::embed_many;
 use crate::client::query;
 use crate::client::sse;
 use crate::client::websocket::{Credential, Socket};
@@ -329,6 +331,36 @@ impl CoreClient {
                 );
                 Ok(Outcome(result))
             })
+        })
+    }
+
+    /// Starts an `embed_many` batch; Python feeds it windows (`EmbedBatch.push`).
+    #[pyo3(signature = (model, normalize_input, per_channel, concurrency))]
+    fn embed_many(
+        &self,
+        py: Python<'_>,
+        model: &Bound<'_, PyAny>,
+        normalize_input: Option<bool>,
+        per_channel: bool,
+        concurrency: Option<i64>,
+    ) -> PyResult<EmbedBatch> {
+        guard("embed_many", || {
+            let model = text(py, model, "model")?;
+            let build = || -> Result<EmbedBatch, Error> {
+                let concurrency = match concurrency {
+                    None => embed_many::DEFAULT_CONCURRENCY,
+                    Some(n) if (1..=embed_many::MAX_CONCURRENCY as i64).contains(&n) => n as usize,
+                    Some(n) => {
+                        return Err(Error::invalid_argument(
+                            "concurrency",
+                            format!("is {n}; it takes 1 to {} requests in flight", embed_many::MAX_CONCURRENCY),
+                        ))
+                    }
+                };
+                let template = embed_many::BodyTemplate::new(&model, normalize_input)?;
+                Ok(EmbedBatch::new(embed_many::Batch::new(self.transport(), concurrency), template, per_channel))
+            };
+            build().map_err(|e| to_pyerr(py, e))
         })
     }
 

@@ -67,7 +67,7 @@ fn fault_rule(
 #[pymethods]
 impl EmulatorServer {
     #[new]
-    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None, models=None, work_duration=None, page_size=None, session_ttl_sec=None, lens_heartbeat_interval=None, lens_status_style="enum", list_style="cursor"))]
+    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None, models=None, work_duration=None, page_size=None, session_ttl_sec=None, lens_heartbeat_interval=None, lens_status_style="enum", list_style="cursor", rate_limit=None, max_query_size_mb=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -85,8 +85,15 @@ impl EmulatorServer {
         lens_heartbeat_interval: Option<f64>,
         lens_status_style: &str,
         list_style: &str,
+        rate_limit: Option<f64>,
+        max_query_size_mb: Option<f64>,
     ) -> PyResult<Self> {
         let list_style = list_style.parse::<ListStyle>().map_err(PyValueError::new_err)?;
+        for (name, value) in [("rate_limit", rate_limit), ("max_query_size_mb", max_query_size_mb)] {
+            if value.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+                return Err(PyValueError::new_err(format!("{name} must be a positive number, got {value:?}")));
+            }
+        }
         if page_size.is_some_and(|n| !(1..=1000).contains(&n)) {
             return Err(PyValueError::new_err("page_size must be from 1 to 1000"));
         }
@@ -122,6 +129,8 @@ impl EmulatorServer {
             },
             lens_status_style: lens_status_style.parse::<LensStatusStyle>().map_err(PyValueError::new_err)?,
             list_style,
+            rate_limit,
+            max_query_size_mb,
         };
         let emulator = runtime::wait(py, "Emulator()", async move {
             Emulator::start(opts)

@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod convert;
+pub mod embed_many;
 pub mod logging;
 pub mod errors;
 pub mod numeric;

@@ -42,6 +42,12 @@ pub fn channels_json(obj: &Bound<'_, PyAny>, arg: &str) -> Result<ChannelsJson, 
     if shape.contains(&0) {
         return Err(Error::invalid_argument(arg, format!("is empty (shape {shape_text}); a window needs at least one value per channel")));
     }
+    if !is_aligned(array) {
+        // Arrays rebuilt from a byte buffer (pickle protocol 5, Dask's transfer between workers)
+        // may start at an odd address; numpy's copy is aligned, and reading it is what is safe.
+        let copy = obj.call_method0("copy").map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
+        return channels_json(&copy, arg);
+    }
     let descr = array.dtype();
     let kind = descr.kind();
     let py = obj.py();
@@ -87,6 +93,13 @@ pub fn channels_json(obj: &Bound<'_, PyAny>, arg: &str) -> Result<ChannelsJson, 
             ))
         }
     }
+}
+
+fn is_aligned(array: &Bound<'_, PyUntypedArray>) -> bool {
+    // SAFETY: `array` is a live numpy array (checked by the cast), so its object header is valid
+    // to read while we hold the GIL.
+    let flags = unsafe { (*array.as_array_ptr()).fields.flags };
+    flags & numpy::npyffi::flags::NPY_ARRAY_ALIGNED != 0
 }
 
 fn as_2d<'a, T>(view: numpy::ndarray::ArrayViewD<'a, T>, arg: &str) -> Result<ArrayView2<'a, T>, Error> {

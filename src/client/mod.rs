@@ -2,8 +2,10 @@
 //! and one module per surface.
 
 pub mod config;
+pub mod embed_many;
 pub mod error;
 pub mod error_body;
+pub mod pacing;
 pub mod retry;
 pub mod secret;
 pub mod transport;

@@ -15,6 +15,7 @@ use tokio_util::io::ReaderStream;
 
 use super::config::ClientConfig;
 use super::error::{ApiError, Error};
+use super::pacing::Pacer;
 use super::retry::parse_retry_after;
 
 /// Sent with every attempt so servers (and the emulator's request log) can tell retries apart.
@@ -108,11 +109,25 @@ impl Transport {
         F: Fn(Response) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
+        self.execute_paced(call, read, None).await
+    }
+
+    /// `execute`, with every attempt (first ones and retries) waiting for its slot in `pacer`,
+    /// which learns from the 429s: the requests of one batch share the server's rate instead of
+    /// each retrying on its own.
+    pub async fn execute_paced<T, F, Fut>(&self, call: &Call, read: F, pacer: Option<&Pacer>) -> Result<T, Error>
+    where
+        F: Fn(Response) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
         let policy = &self.config.retry;
         let mut attempt: u32 = 0;
         let mut lost_response = false;
         loop {
             attempt += 1;
+            if let Some(pacer) = pacer {
+                pacer.admit().await;
+            }
             log::debug!("{} {} attempt {}", call.method, call.url, attempt);
             let outcome = match self.send_once(call, attempt).await {
                 Ok(response) => read(response).await,
@@ -127,6 +142,15 @@ impl Transport {
             let outcome = outcome.map_err(|err| err.redacted(&self.config.api_key));
             if matches!(outcome, Err(Error::Connection { .. } | Error::Timeout { .. })) {
                 lost_response = true;
+            }
+            if let Some(pacer) = pacer {
+                match &outcome {
+                    Ok(_) => pacer.succeeded(),
+                    Err(Error::Api(api)) if api.status == 429 => {
+                        pacer.rate_limited(std::time::Instant::now(), api.retry_after)
+                    }
+                    Err(_) => {}
+                }
             }
             match outcome {
                 Ok(value) => return Ok(value),

@@ -21,6 +21,7 @@ mod models;
 mod options;
 mod paging;
 mod query;
+mod rate_limit;
 mod recorder;
 mod server;
 mod state;

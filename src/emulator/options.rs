@@ -36,6 +36,14 @@ pub struct EmulatorOptions {
     pub lens_heartbeat_interval: Duration,
     /// Spelling of lens `session_status` (enum string or bare number).
     pub lens_status_style: StatusStyle,
+    /// Requests per second per organization, bursts of at most this many; beyond it 429 with
+    /// `Retry-After`. `None`: no limit (the spec records both a limit and its absence).
+    pub rate_limit: Option<f64>,
+    /// The server setting `MAX_QUERY_SIZE_MB`: when set, it bounds the combined prompt (instead
+    /// of the spec's typical 0.04) and the whole body of an encoder request, 413 above it; a
+    /// request's own `max_query_size_mb` overrides it, as the spec says. `None`: encoder bodies
+    /// are bounded only by the transport limit.
+    pub max_query_size_mb: Option<f64>,
     /// How the batch lists page: the cursor style of 1.1.11 on, or the offset style before it.
     pub list_style: ListStyle,
 }
@@ -87,6 +95,8 @@ impl Default for EmulatorOptions {
             lens_heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             lens_status_style: StatusStyle::Enum,
             list_style: ListStyle::Cursor,
+            rate_limit: None,
+            max_query_size_mb: None,
         }
     }
 }

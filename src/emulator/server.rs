@@ -160,6 +160,24 @@ async fn drain(body: Body) {
     let _ = body.collect().await;
 }
 
+/// How long the caller's organization must wait, when `Emulator(rate_limit=...)` is on and its
+/// budget is spent. Unauthenticated requests are not counted: they get their 401 regardless.
+fn rate_limited(shared: &Shared, org: Option<&str>) -> Option<Duration> {
+    shared.rate_limit.as_ref()?.check(org?).err()
+}
+
+/// The 429 of the rate limit. `Retry-After` is rounded up to the millisecond, so a client that
+/// honours it is admitted on its next attempt rather than a hair too early.
+fn rate_limit_error(wait: Duration) -> super::api_error::ApiError {
+    let seconds = (wait.as_secs_f64() * 1000.0).ceil() / 1000.0;
+    super::api_error::ApiError::new(
+        axum::http::StatusCode::TOO_MANY_REQUESTS,
+        "rate_limit_exceeded",
+        format!("Rate limit exceeded: retry in {seconds} s."),
+    )
+    .with_retry_after(Some(seconds))
+}
+
 /// Status line and headers of `parts` with the full body length, as hyper would have sent them.
 fn head_bytes(parts: &axum::http::response::Parts, content_length: usize) -> BytesMut {
     let mut out = BytesMut::new();
@@ -235,6 +253,11 @@ async fn handle(
     };
 
     let Some(fault) = shared.faults.take(&method, &path) else {
+        if let Some(wait) = rate_limited(&shared, org.as_deref()) {
+            drain(req.into_body()).await;
+            shared.recorder.push(record(429));
+            return Ok(mark(rate_limit_error(wait).into_response()));
+        }
         let response = mark(call(app, req).await);
         shared.recorder.push(record(response.status().as_u16()));
         return Ok(response);

@@ -22,6 +22,7 @@ use super::files::direct::registry::Registry;
 use super::files::direct::signing::Signer;
 use super::files::store::FileStore;
 use super::options::{EmulatorOptions, ListStyle};
+use super::rate_limit::OrgRateLimit;
 use super::recorder::Recorder;
 
 /// Organization of the key the emulator starts with.
@@ -60,6 +61,10 @@ pub(crate) struct Shared {
     pub list_style: ListStyle,
     /// Default page size of every list (`Emulator(page_size=...)`; the platform's 100).
     pub page_size: usize,
+    /// `Emulator(rate_limit=...)`, checked for every authenticated platform request.
+    pub rate_limit: Option<OrgRateLimit>,
+    /// `Emulator(max_query_size_mb=...)`, the server setting of the `/query` size limits.
+    pub max_query_size_mb: Option<f64>,
 }
 
 impl Shared {
@@ -93,6 +98,8 @@ impl Shared {
             batch: BatchStore::new(outputs_dir),
             list_style: opts.list_style,
             page_size: opts.page_size.unwrap_or(DEFAULT_LIMIT),
+            rate_limit: opts.rate_limit.and_then(OrgRateLimit::new),
+            max_query_size_mb: opts.max_query_size_mb.filter(|mb| mb.is_finite() && *mb > 0.0),
             shutdown,
         }
     }

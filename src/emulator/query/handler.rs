@@ -101,15 +101,7 @@ async fn run(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<Respons
     for id in &input.file_ids {
         files.push(shared.files.get(&org, id).ok_or_else(|| ApiError::file_not_found(id))?);
     }
-    let limit_bytes = input.max_query_size_mb * 1_000_000.0;
-    let prompt_bytes = input.prompt_bytes();
-    if prompt_bytes as f64 > limit_bytes {
-        return Err(ApiError::payload_too_large(format!(
-            "The combined prompt is {prompt_bytes} bytes, over the limit of {} MB ({limit_bytes} bytes).",
-            input.max_query_size_mb
-        ))
-        .with_suggestion("Shorten the prompts or raise max_query_size_mb."));
-    }
+    check_sizes(shared, &input, raw.len())?;
 
     // Timeline: queued until loading begins, then the files are prefetched, then inference.
     let loading_timestamp = now();
@@ -207,6 +199,32 @@ async fn run(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<Respons
         internals,
     };
     Ok(axum::Json(answer).into_response())
+}
+
+/// The spec's size limits: the combined prompt, bounded by the request's `max_query_size_mb`,
+/// else the server setting (`Emulator(max_query_size_mb=...)`), else the typical 0.04 MB; and,
+/// when a limit is set, the whole body of an encoder request, which is how large multichannel
+/// windows are refused while one channel at a time passes.
+fn check_sizes(shared: &Shared, input: &QueryInput, body_bytes: usize) -> Result<(), ApiError> {
+    let setting = input.max_query_size_mb.or(shared.max_query_size_mb);
+    let prompt_mb = setting.unwrap_or(validate::DEFAULT_MAX_QUERY_SIZE_MB);
+    let limit_bytes = prompt_mb * 1_000_000.0;
+    let prompt_bytes = input.prompt_bytes();
+    if prompt_bytes as f64 > limit_bytes {
+        return Err(ApiError::payload_too_large(format!(
+            "The combined prompt is {prompt_bytes} bytes, over the limit of {prompt_mb} MB ({limit_bytes} bytes)."
+        ))
+        .with_suggestion("Shorten the prompts or raise max_query_size_mb."));
+    }
+    if let (Family::Encoder, Some(mb)) = (input.family, setting) {
+        if body_bytes as f64 > mb * 1_000_000.0 {
+            return Err(ApiError::payload_too_large(format!(
+                "The encoder request is {body_bytes} bytes, over the limit of {mb} MB."
+            ))
+            .with_suggestion("Send fewer channels per request (one request per channel) or shorter windows."));
+        }
+    }
+    Ok(())
 }
 
 /// What the worker was prompted with: system prompt, then instruction, then the query.

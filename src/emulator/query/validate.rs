@@ -43,7 +43,8 @@ pub(crate) struct QueryInput {
     pub events: Vec<InputEvent>,
     pub max_new_tokens: usize,
     pub normalize_input: bool,
-    pub max_query_size_mb: f64,
+    /// The request's own `max_query_size_mb`; `None` leaves the server setting in force.
+    pub max_query_size_mb: Option<f64>,
     pub max_wait: Option<Duration>,
     pub sanitize_response: bool,
     pub query_metadata: Option<Value>,
@@ -192,9 +193,9 @@ pub(crate) fn parse(raw: &[u8], catalogue: &Catalogue) -> Result<QueryInput, Api
         },
     };
     let max_query_size_mb = match present(&body, "max_query_size_mb").and_then(Value::as_f64) {
-        Some(mb) if mb > 0.0 => mb,
+        Some(mb) if mb > 0.0 => Some(mb),
         Some(_) => return Err(ApiError::invalid_request("max_query_size_mb must be greater than 0.")),
-        None => DEFAULT_MAX_QUERY_SIZE_MB,
+        None => None,
     };
     let max_wait = match present(&body, "max_wait_time_sec").and_then(Value::as_f64) {
         Some(s) if s >= 0.0 => Duration::try_from_secs_f64(s).ok(),

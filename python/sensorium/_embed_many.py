@@ -1,0 +1,211 @@
+"""``embed_many``: the input side (which windows, in which chunks) and the loop that feeds the
+native batch (``_core.EmbedBatch``) as room frees up, for both clients.
+
+The requests themselves run in Rust; Python only hands over chunks of windows (views of a 3-D
+array, items of a list, or the next items of an iterator), so an iterator is never read further
+ahead than the batch can hold, and waits with the GIL released."""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from ._numeric import as_channels
+from ._progress import _Reporter
+from .errors import EmbedManyError, InvalidArgumentError, PayloadTooLargeError
+
+EMBEDDING_DIM = 768
+
+#: ``progress=`` of ``embed_many``: ``True`` for a tqdm bar, or ``callback(windows_done, windows_total)``
+#: (``windows_total`` is ``None`` for an iterator of unknown length).
+WindowProgress = Union[bool, Callable[[int, Optional[int]], Any]]
+
+
+def _window(item: Any, index: int) -> Any:
+    array = as_channels(item, f"windows[{index}]")
+    if np.ndim(array) not in (1, 2):
+        raise InvalidArgumentError(
+            f"windows[{index}]: has shape {np.shape(array)}; each window is (channels, window)",
+            argument=f"windows[{index}]",
+        )
+    return array
+
+
+class _Source:
+    """The windows, handed out in chunks. ``channels`` is known up front except for iterators."""
+
+    def __init__(self, windows: Any) -> None:
+        self.total: Optional[int] = None
+        self.channels: Optional[int] = None
+        self._array: Optional[np.ndarray] = None
+        self._items: Optional[Iterator[Any]] = None
+        self._next = 0
+        if isinstance(windows, np.ndarray):
+            if windows.ndim != 3:
+                raise InvalidArgumentError(
+                    f"windows: an array of windows is 3-D (N, channels, window); got shape {windows.shape}. "
+                    "sensorium.windows(recording, window=...) cuts a (time, channels) recording",
+                    argument="windows",
+                )
+            if windows.dtype.kind not in "iuf":
+                raise InvalidArgumentError(
+                    f"windows: has dtype {windows.dtype}, which is not a real number type", argument="windows"
+                )
+            if windows.shape[1] == 0 or windows.shape[2] == 0:
+                raise InvalidArgumentError(f"windows: has empty windows (shape {windows.shape})", argument="windows")
+            self._array, self.total, self.channels = windows, windows.shape[0], windows.shape[1]
+            return
+        if isinstance(windows, (str, bytes, dict)) or type(windows).__module__.startswith("pandas"):
+            raise InvalidArgumentError(
+                f"windows: takes a 3-D array, a list of 2-D arrays or an iterator of them, got {type(windows).__name__}; "
+                "sensorium.windows(df, window=...) cuts a DataFrame into windows",
+                argument="windows",
+            )
+        if isinstance(windows, Sequence):
+            # Known length: every window is checked before anything is sent.
+            items = [_window(w, i) for i, w in enumerate(windows)]
+            counts = {np.shape(w)[0] if np.ndim(w) == 2 else 1 for w in items}
+            if len(counts) > 1:
+                raise InvalidArgumentError(
+                    f"windows: the windows have different channel counts {sorted(counts)}; every window needs "
+                    "the same channels",
+                    argument="windows",
+                )
+            self.total, self.channels = len(items), (counts.pop() if counts else None)
+            self._items = iter(items)
+            return
+        try:
+            self._items = iter(windows)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"windows: takes a 3-D array, a list of 2-D arrays or an iterator of them, got {type(windows).__name__}",
+                argument="windows",
+            ) from None
+        hint = operator.length_hint(windows, -1)
+        self.total = hint if hint >= 0 and not isinstance(windows, Iterator) else None
+
+    def take(self, count: int) -> Any:
+        """The next ``count`` windows at most (empty at the end)."""
+        start = self._next
+        if self._array is not None:
+            chunk: Any = self._array[start : start + count]
+            self._next += len(chunk)
+            return chunk
+        assert self._items is not None
+        chunk = [_window(w, start + k) for k, w in enumerate(itertools.islice(self._items, count))]
+        self._next += len(chunk)
+        return chunk
+
+
+class _Run:
+    """One ``embed_many`` call: checks the arguments, then feeds ``batch`` and reports progress."""
+
+    def __init__(
+        self,
+        core: Any,
+        model: Any,
+        windows: Any,
+        per_channel: Any,
+        normalize_input: Any,
+        concurrency: Any,
+        progress: Any,
+    ) -> None:
+        if not isinstance(per_channel, bool):
+            raise InvalidArgumentError(f"per_channel: takes True or False, got {per_channel!r}", argument="per_channel")
+        if normalize_input is not None and not isinstance(normalize_input, bool):
+            raise InvalidArgumentError(
+                f"normalize_input: takes True, False or None, got {normalize_input!r}", argument="normalize_input"
+            )
+        if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)):
+            raise InvalidArgumentError(
+                f"concurrency: takes a number of requests in flight, got {concurrency!r}", argument="concurrency"
+            )
+        if not (isinstance(progress, bool) or callable(progress)):
+            raise InvalidArgumentError(
+                f"progress: takes True (a tqdm bar), False or a callback(done, total), got {progress!r}",
+                argument="progress",
+            )
+        self.per_channel = per_channel
+        self.source = _Source(windows)
+        self.batch = core.embed_many(model, normalize_input, per_channel, concurrency)
+        self.exhausted = False
+        self.reporter = _Reporter(
+            None if isinstance(progress, bool) else progress,
+            progress is True,
+            "embed_many",
+            unit="window",
+            argument="progress",
+            counts=lambda: (self.batch.finished, self.source.total),
+        )
+
+    def feed(self) -> None:
+        """Hands the batch as many windows as it has room for."""
+        room = self.batch.room
+        if room == 0 or self.exhausted:
+            return
+        chunk = self.source.take(room)
+        if len(chunk) == 0:
+            self.exhausted = True
+        else:
+            self.batch.push(chunk)
+
+    @property
+    def must_wait(self) -> bool:
+        return self.exhausted or self.batch.room == 0
+
+    @property
+    def done(self) -> bool:
+        return self.exhausted and self.batch.pending == 0
+
+    def result(self) -> npt.NDArray[np.float32]:
+        self.reporter.tick()
+        vectors, failed, first = self.batch.finish()
+        if self.batch.submitted == 0:
+            return np.empty((0, self.source.channels or 0, EMBEDDING_DIM), dtype=np.float32)
+        if not failed:
+            return vectors  # type: ignore[no-any-return]
+        hint = ""
+        if isinstance(first, PayloadTooLargeError) and not self.per_channel:
+            hint = " The encoder refused the request size: per_channel=True sends one request per channel."
+        raise EmbedManyError(
+            f"{len(failed)} of {len(vectors)} windows failed after their retries, the first windows[{failed[0]}]: "
+            f"{first}.{hint} The others are in .partial (NaN rows for the failed ones, listed in .failed).",
+            partial=vectors,
+            failed=failed,
+        ) from first
+
+    def close(self) -> None:
+        self.batch.cancel()
+        self.reporter.close()
+
+
+def embed_many_sync(core: Any, model: Any, windows: Any, **options: Any) -> npt.NDArray[np.float32]:
+    run = _Run(core, model, windows, **options)
+    try:
+        while True:
+            run.feed()
+            if run.done:
+                return run.result()
+            if run.must_wait:
+                run.batch.wait(run.batch.finished, False)
+                run.reporter.tick()
+    finally:
+        run.close()
+
+
+async def embed_many_async(core: Any, model: Any, windows: Any, **options: Any) -> npt.NDArray[np.float32]:
+    run = _Run(core, model, windows, **options)
+    try:
+        while True:
+            run.feed()
+            if run.done:
+                return run.result()
+            if run.must_wait:
+                await run.batch.wait(run.batch.finished, True)
+                run.reporter.tick()
+    finally:
+        run.close()

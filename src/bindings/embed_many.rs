@@ -1,0 +1,136 @@
+//! `EmbedBatch`: the Python handle on one `embed_many` run (`crate::client::embed_many`).
+//! Python feeds it windows in chunks as room frees up (so an iterator is never read further than
+//! the batch can hold), waits on it with the GIL released, and takes the (N, channels, 768)
+//! result at the end. Dropping or cancelling it drops every request in flight.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use numpy::ndarray::Array3;
+use numpy::{PyArray3, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+
+use super::errors::{guard, internal_error, to_pyerr};
+use super::numeric::channels_json;
+use super::runtime;
+use crate::client::embed_many::{Batch, BodyTemplate, PreparedWindow};
+use crate::client::query::EMBEDDING_DIM;
+use crate::client::Error;
+
+/// The longest a `wait` blocks without news, so the caller can tick progress and feed more.
+const WAIT_SLICE: Duration = Duration::from_millis(200);
+
+#[pyclass(module = "sensorium._core", name = "EmbedBatch", frozen)]
+pub struct EmbedBatch {
+    batch: Arc<Batch>,
+    template: BodyTemplate,
+    per_channel: bool,
+}
+
+impl EmbedBatch {
+    pub fn new(batch: Arc<Batch>, template: BodyTemplate, per_channel: bool) -> Self {
+        EmbedBatch { batch, template, per_channel }
+    }
+
+    /// One window's request bodies: the whole (channels, window) event, or one event per channel.
+    fn prepare(&self, window: &Bound<'_, PyAny>, arg: &str) -> Result<PreparedWindow, Error> {
+        if !self.per_channel {
+            let event = channels_json(window, arg)?;
+            return Ok(PreparedWindow { channels: event.channels, bodies: vec![self.template.body(&event.json)] });
+        }
+        let array = window
+            .cast::<PyUntypedArray>()
+            .map_err(|_| Error::invalid_argument(arg, "must be a numpy array"))?;
+        if array.ndim() != 2 {
+            // 1-D is one channel; anything else gets channels_json's own message.
+            let event = channels_json(window, arg)?;
+            return Ok(PreparedWindow { channels: event.channels, bodies: vec![self.template.body(&event.json)] });
+        }
+        let channels = array.shape()[0];
+        let mut bodies = Vec::with_capacity(channels);
+        for c in 0..channels {
+            let row = window.get_item(c).map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
+            bodies.push(self.template.body(&channels_json(&row, arg)?.json));
+        }
+        if bodies.is_empty() {
+            return Err(Error::invalid_argument(arg, "has no channels"));
+        }
+        Ok(PreparedWindow { channels, bodies })
+    }
+}
+
+#[pymethods]
+impl EmbedBatch {
+    /// How many windows `push` may take now.
+    #[getter]
+    fn room(&self) -> usize {
+        self.batch.room()
+    }
+
+    #[getter]
+    fn pending(&self) -> usize {
+        self.batch.pending()
+    }
+
+    #[getter]
+    fn submitted(&self) -> usize {
+        self.batch.submitted()
+    }
+
+    #[getter]
+    fn finished(&self) -> usize {
+        self.batch.finished()
+    }
+
+    /// Serialises and starts `windows` (an iterable of numpy windows: a 3-D array's first axis
+    /// or a list), numbered on from the windows pushed before.
+    fn push(&self, py: Python<'_>, windows: &Bound<'_, PyAny>) -> PyResult<()> {
+        guard("embed_many", || {
+            let handle = runtime::runtime()?.handle().clone();
+            for window in windows.try_iter()? {
+                let window = window?;
+                let arg = format!("windows[{}]", self.batch.submitted());
+                let prepared = self.prepare(&window, &arg).map_err(|e| to_pyerr(py, e))?;
+                self.batch.submit(&handle, prepared).map_err(|e| to_pyerr(py, e))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Waits (GIL released; Ctrl-C raises) until a window finishes after `seen` had, or about
+    /// 200 ms; returns the windows finished. Blocks, or with `asynchronous` returns an awaitable.
+    fn wait<'py>(&self, py: Python<'py>, seen: usize, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
+        let batch = self.batch.clone();
+        runtime::run(py, "embed_many", asynchronous, async move {
+            let _ = tokio::time::timeout(WAIT_SLICE, batch.changed(seen)).await;
+            Ok(batch.finished())
+        })
+    }
+
+    /// Stops every window still running.
+    fn cancel(&self) {
+        self.batch.cancel();
+    }
+
+    /// Once nothing is pending: the (N, channels, 768) float32 array (NaN rows where a window
+    /// failed), the failed indices, and the first failure's exception (`None` when none failed).
+    fn finish<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyArray3<f32>>, Vec<usize>, Option<Py<PyAny>>)> {
+        guard("embed_many", || {
+            if self.batch.pending() != 0 {
+                return Err(internal_error("embed_many", "finish() called with windows still running"));
+            }
+            let outcome = self.batch.take_outcome();
+            let array = Array3::from_shape_vec((outcome.windows, outcome.channels, EMBEDDING_DIM), outcome.vectors)
+                .map_err(|e| internal_error("embed_many: building the result", &e.to_string()))?;
+            let failed: Vec<usize> = outcome.failures.iter().map(|(i, _)| *i).collect();
+            let first = outcome.failures.into_iter().next().map(|(_, err)| to_pyerr(py, err).into_value(py).into_any());
+            Ok((PyArray3::from_owned_array(py, array), failed, first))
+        })
+    }
+}
+
+impl Drop for EmbedBatch {
+    fn drop(&mut self) {
+        self.batch.cancel();
+    }
+}

@@ -1,0 +1,301 @@
+"""``client.embed_many``: many windows, concurrent requests from the native core, results in input
+order; per-channel requests, pacing under a rate limit, partial results on failure, lazy
+iterators, Ctrl-C. Every behaviour runs on both clients (``client_kind``)."""
+
+from __future__ import annotations
+
+import _thread
+import asyncio
+import pickle
+import threading
+
+import numpy as np
+import pytest
+
+from _helpers import ENCODER, body_json, calls, run_on
+from sensorium.errors import (
+    EmbedManyError,
+    InvalidArgumentError,
+    PayloadTooLargeError,
+    QueryFailedError,
+    SensoriumError,
+)
+from sensorium.testing import Emulator
+
+RNG = np.random.default_rng(11)
+WINDOWS = RNG.normal(size=(12, 3, 256))
+
+
+def one_by_one(emu, windows):
+    """The reference: each window embedded alone with ``embed``."""
+    with emu.client() as c:
+        return np.stack([c.embed(ENCODER, w).vectors for w in windows])
+
+
+def options(emu, **extra):
+    return dict(api_key=emu.api_key, base_url=emu.base_url, **extra)
+
+
+def test_vectors_in_input_order_under_shuffled_completion(emu, client_kind):
+    expected = one_by_one(emu, WINDOWS)
+    emu.clear_requests()
+    # Half the requests are held back a while, so answers come back out of order.
+    emu.inject("POST", "/query", delay=0.2, probability=0.5, times=None)
+    vectors = run_on(client_kind, lambda c: c.embed_many(ENCODER, WINDOWS, concurrency=6), **options(emu))
+    assert vectors.dtype == np.float32 and vectors.shape == (12, 3, 768)
+    np.testing.assert_array_equal(vectors, expected)
+    assert len(calls(emu, "/query")) == 12
+
+
+def test_sequence_and_iterator_inputs_give_the_same_vectors(emu, client_kind):
+    expected = one_by_one(emu, WINDOWS[:5])
+    as_list = run_on(client_kind, lambda c: c.embed_many(ENCODER, list(WINDOWS[:5])), **options(emu))
+    as_iter = run_on(client_kind, lambda c: c.embed_many(ENCODER, (w for w in WINDOWS[:5])), **options(emu))
+    np.testing.assert_array_equal(as_list, expected)
+    np.testing.assert_array_equal(as_iter, expected)
+
+
+def test_per_channel_reassembles_each_channel_alone(emu, client_kind):
+    vectors = run_on(client_kind, lambda c: c.embed_many(ENCODER, WINDOWS[:4], per_channel=True), **options(emu))
+    with emu.client() as c:
+        for i in range(4):
+            for ch in range(3):
+                np.testing.assert_array_equal(vectors[i, ch], c.embed(ENCODER, WINDOWS[i, ch]).vectors[0])
+    sent = [body_json(r) for r in calls(emu, "/query")[:12]]
+    assert all(len(b["events"][0]["event_data"]["contents"]) == 1 for b in sent)
+
+
+def test_normalize_input_is_sent_when_given(emu, client_kind):
+    run_on(client_kind, lambda c: c.embed_many(ENCODER, WINDOWS[:2], normalize_input=True), **options(emu))
+    run_on(client_kind, lambda c: c.embed_many(ENCODER, WINDOWS[:1]), **options(emu))
+    sent = [body_json(r) for r in calls(emu, "/query")]
+    assert [b.get("normalize_input") for b in sent] == [True, True, None]
+
+
+def test_large_multichannel_body_413_is_answered_by_per_channel(client_kind):
+    windows = RNG.normal(size=(3, 4, 1024))  # ~80 kB of JSON per window, ~20 kB per channel
+    with Emulator(max_query_size_mb=0.04) as emu:
+        with pytest.raises(EmbedManyError) as info:
+            run_on(client_kind, lambda c: c.embed_many(ENCODER, windows), **options(emu))
+        assert isinstance(info.value.__cause__, PayloadTooLargeError)
+        assert "per_channel=True" in str(info.value)
+        assert info.value.failed == [0, 1, 2] and np.isnan(info.value.partial).all()
+        vectors = run_on(client_kind, lambda c: c.embed_many(ENCODER, windows, per_channel=True), **options(emu))
+        assert np.isfinite(vectors).all() and vectors.shape == (3, 4, 768)
+
+
+def test_rate_limit_paces_the_batch_within_the_retry_budget(client_kind):
+    windows = RNG.normal(size=(60, 1, 64))
+    with Emulator(rate_limit=20) as emu:
+        vectors = run_on(client_kind, lambda c: c.embed_many(ENCODER, windows, concurrency=32), **options(emu))
+        assert np.isfinite(vectors).all()
+        sent = calls(emu, "/query")
+        # The limit was hit (the pacing was exercised), and no request needed more than the
+        # default 2 retries: every window succeeded.
+        assert any(r.status == 429 for r in sent)
+        assert max(r.attempt for r in sent) <= 3
+        assert sum(r.status == 200 for r in sent) == 60
+
+
+def test_a_failing_window_leaves_the_others_in_partial(emu, client_kind):
+    expected = one_by_one(emu, WINDOWS)
+    emu.fail_queries("worker fell over", times=1)
+    with pytest.raises(EmbedManyError) as info:
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, WINDOWS, concurrency=4), **options(emu))
+    err = info.value
+    assert isinstance(err, SensoriumError)
+    assert len(err.failed) == 1
+    bad = err.failed[0]
+    assert f"windows[{bad}]" in str(err) and "worker fell over" in str(err)
+    assert isinstance(err.__cause__, QueryFailedError)
+    assert err.partial.dtype == np.float32 and err.partial.shape == (12, 3, 768)
+    assert np.isnan(err.partial[bad]).all()
+    keep = [i for i in range(12) if i != bad]
+    np.testing.assert_array_equal(err.partial[keep], expected[keep])
+    again = pickle.loads(pickle.dumps(err))
+    assert again.failed == err.failed and np.array_equal(again.partial, err.partial, equal_nan=True)
+
+
+def test_an_iterator_is_read_only_as_far_as_the_batch_holds(emu, client_kind):
+    emu.set_query_delay(0.01)
+    total, concurrency = 120, 3
+    lead = []
+
+    def windows():
+        for i in range(total):
+            # Windows read so far minus answers the emulator has produced: what is held in memory.
+            lead.append(i - len(emu.requests))
+            yield WINDOWS[i % 12]
+
+    vectors = run_on(client_kind, lambda c: c.embed_many(ENCODER, windows(), concurrency=concurrency),
+                     **options(emu))
+    assert vectors.shape == (total, 3, 768) and len(lead) == total
+    # The batch keeps at most 2 x concurrency windows ready; a materialised iterator would lead by 120.
+    assert max(lead) <= 2 * concurrency + 1
+
+
+def test_progress_callback_counts_windows(emu, client_kind):
+    seen = []
+    run_on(client_kind, lambda c: c.embed_many(ENCODER, WINDOWS, progress=lambda d, t: seen.append((d, t))),
+           **options(emu))
+    assert seen[-1] == (12, 12)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_empty_input(emu, client_kind):
+    out = run_on(client_kind, lambda c: c.embed_many(ENCODER, np.zeros((0, 2, 8))), **options(emu))
+    assert out.shape == (0, 2, 768) and out.dtype == np.float32
+    assert calls(emu, "/query") == []
+
+
+@pytest.mark.parametrize(
+    "windows, kwargs, argument",
+    [
+        (np.zeros((2, 3)), {}, "windows"),
+        (np.zeros((2, 2, 2), dtype=complex), {}, "windows"),
+        ("abc", {}, "windows"),
+        (42, {}, "windows"),
+        ([np.zeros((2, 8)), np.zeros((3, 8))], {}, "windows"),
+        ([np.zeros((2, 8)), "text"], {}, "windows[1]"),
+        (WINDOWS, {"per_channel": "yes"}, "per_channel"),
+        (WINDOWS, {"normalize_input": "no"}, "normalize_input"),
+        (WINDOWS, {"concurrency": 0}, "concurrency"),
+        (WINDOWS, {"concurrency": True}, "concurrency"),
+        (WINDOWS, {"progress": "bar"}, "progress"),
+    ],
+)
+def test_bad_arguments_are_named_before_anything_is_sent(emu, client_kind, windows, kwargs, argument):
+    with pytest.raises(InvalidArgumentError) as info:
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, windows, **kwargs), **options(emu))
+    assert info.value.argument == argument
+    assert calls(emu, "/query") == []
+
+
+def test_bad_model_is_named(emu, client_kind):
+    with pytest.raises(InvalidArgumentError) as info:
+        run_on(client_kind, lambda c: c.embed_many("  ", WINDOWS), **options(emu))
+    assert info.value.argument == "model"
+    assert calls(emu, "/query") == []
+
+
+def test_a_nan_in_an_iterated_window_names_it(emu, client_kind):
+    bad = WINDOWS[:3].copy()
+    bad[2, 1, 5] = np.nan
+    with pytest.raises(InvalidArgumentError) as info:
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, iter(list(bad))), **options(emu))
+    assert info.value.argument == "windows[2]" and "NaN" in str(info.value)
+
+
+def test_ctrl_c_stops_the_whole_batch(emu):
+    emu.set_query_delay(0.5)
+    with emu.client() as c:
+        timer = threading.Timer(0.3, _thread.interrupt_main)
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                c.embed_many(ENCODER, RNG.normal(size=(200, 1, 32)), concurrency=4)
+        finally:
+            timer.cancel()
+        # The batch stopped: only the first requests ever reached the emulator.
+        assert len(calls(emu, "/query")) < 200
+        emu.set_query_delay(0)
+        assert c.embed_many(ENCODER, WINDOWS[:2]).shape == (2, 3, 768)
+
+
+def test_cancelling_the_awaitable_stops_the_batch(emu):
+    emu.set_query_delay(0.3)
+
+    async def main():
+        async with emu.async_client() as c:
+            task = asyncio.ensure_future(c.embed_many(ENCODER, RNG.normal(size=(200, 1, 32)), concurrency=4))
+            await asyncio.sleep(0.5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            started = len(emu.requests)
+            await asyncio.sleep(1.0)
+            return started, len(emu.requests)
+
+    started, later = asyncio.run(main())
+    # No new requests after the cancel (at most the ones already in flight finishing).
+    assert later <= started + 4 and later < 200
+
+
+def test_unaligned_arrays_are_read_safely(emu, client_kind):
+    # What pickle protocol 5 and Dask hand a worker: an array at an odd address in a byte buffer.
+    buf = bytearray(WINDOWS[:2].nbytes + 1)
+    unaligned = np.frombuffer(buf, dtype=np.float64, offset=1, count=WINDOWS[:2].size).reshape(WINDOWS[:2].shape)
+    unaligned[...] = WINDOWS[:2]
+    assert not unaligned.flags.aligned
+    got = run_on(client_kind, lambda c: c.embed_many(ENCODER, unaligned, per_channel=True), **options(emu))
+    np.testing.assert_array_equal(got, one_by_one(emu, WINDOWS[:2]))
+
+
+def test_progress_true_feeds_a_tqdm_bar_by_window(emu, client_kind, monkeypatch):
+    import sys
+    import types
+
+    bars = []
+
+    class FakeBar:  # tqdm's interface as the SDK uses it; tqdm itself is optional
+        def __init__(self, **kwargs):
+            self.kwargs, self.n, self.total, self.closed = kwargs, 0, kwargs.get("total"), False
+            bars.append(self)
+
+        def refresh(self):
+            pass
+
+        def close(self):
+            self.closed = True
+
+    fake = types.ModuleType("tqdm.auto")
+    fake.tqdm = FakeBar
+    monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
+    monkeypatch.setitem(sys.modules, "tqdm.auto", fake)
+    run_on(client_kind, lambda c: c.embed_many(ENCODER, WINDOWS, progress=True), **options(emu))
+    (bar,) = bars
+    assert (bar.n, bar.total, bar.closed) == (12, 12, True)
+    assert bar.kwargs["unit"] == "window" and bar.kwargs["desc"] == "embed_many"
+
+
+def test_progress_true_without_tqdm_names_the_argument(emu, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    with emu.client() as c:
+        with pytest.raises(InvalidArgumentError) as info:
+            c.embed_many(ENCODER, WINDOWS, progress=True)
+    assert info.value.argument == "progress"
+    assert calls(emu, "/query") == []
+
+
+@pytest.mark.timeout(60)
+def test_rate_limit_and_size_limit_from_the_command_line():
+    import signal
+    import subprocess
+    import sys
+
+    from sensorium import Client
+    from sensorium.errors import RateLimitError
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sensorium.emulator", "--rate-limit", "2", "--max-query-size-mb", "0.01"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        env = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(2))
+        with Client(env["SENSORIUM_API_KEY"], env["SENSORIUM_BASE_URL"], max_retries=0) as c:
+            small = RNG.normal(size=(1, 16))
+            c.embed(ENCODER, small)
+            c.embed(ENCODER, small)  # the burst of 2
+            with pytest.raises(RateLimitError) as info:
+                c.embed(ENCODER, small)
+            assert info.value.retry_after is not None and 0 < info.value.retry_after <= 0.5
+        with Client(env["SENSORIUM_API_KEY"], env["SENSORIUM_BASE_URL"]) as c:
+            with pytest.raises(PayloadTooLargeError):
+                c.embed(ENCODER, RNG.normal(size=(2, 1024)))  # ~40 kB over 0.01 MB
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)

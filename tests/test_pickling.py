@@ -1,0 +1,87 @@
+"""Clients pickle as their configuration, never their key, and work in forked and spawned
+workers (what multiprocessing and Dask need)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+
+import numpy as np
+import pytest
+
+import sensorium
+from _helpers import ENCODER
+from sensorium.errors import ConfigurationError
+
+WINDOW = np.random.default_rng(3).normal(size=(2, 128))
+
+
+@pytest.mark.parametrize("cls", [sensorium.Client, sensorium.AsyncClient])
+def test_pickle_holds_the_configuration_and_not_the_key(emu, monkeypatch, cls):
+    client = cls(api_key=emu.api_key, base_url=emu.base_url, timeout=12.5, max_retries=5,
+                 default_headers={"X-Team": "vision"})
+    client = client.with_options(read_timeout=33)
+    data = pickle.dumps(client)
+    assert emu.api_key.encode() not in data
+    monkeypatch.setenv("SENSORIUM_API_KEY", emu.api_key)
+    monkeypatch.delenv("SENSORIUM_BASE_URL", raising=False)
+    again = pickle.loads(data)
+    assert type(again) is cls
+    assert (again.base_url, again.agents_base_url) == (client.base_url, client.agents_base_url)
+    assert (again.timeout, again.max_retries) == (12.5, 5)
+    assert again._options == client._options
+    assert emu.api_key not in repr(again)
+
+
+def test_unpickled_client_uses_the_environments_key(emu, monkeypatch):
+    data = pickle.dumps(emu.client())
+    monkeypatch.setenv("SENSORIUM_API_KEY", emu.api_key)
+    with pickle.loads(data) as client:
+        assert client.embed(ENCODER, WINDOW).vectors.shape == (2, 768)
+    other_org = emu.new_api_key()
+    monkeypatch.setenv("SENSORIUM_API_KEY", other_org)
+    with pickle.loads(data) as client:
+        client.embed(ENCODER, WINDOW)
+    assert emu.requests[-1].org != emu.requests[-2].org
+
+
+def test_unpickling_without_a_key_names_the_variable(emu, monkeypatch):
+    data = pickle.dumps(emu.client())
+    monkeypatch.delenv("SENSORIUM_API_KEY", raising=False)
+    with pytest.raises(ConfigurationError, match="SENSORIUM_API_KEY"):
+        pickle.loads(data)
+
+
+def test_a_closed_client_does_not_pickle(emu):
+    client = emu.client()
+    client.close()
+    with pytest.raises(TypeError, match="closed"):
+        pickle.dumps(client)
+
+
+def _embed_in_worker(client, queue):
+    """Runs in the child: embeds with the client it was given (inherited or unpickled)."""
+    try:
+        queue.put(client.embed_many(ENCODER, WINDOW[np.newaxis]))
+    except BaseException as e:  # reported to the parent, which fails the test with it
+        queue.put(repr(e))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_client_works_in_forked_and_spawned_workers(emu, monkeypatch, method):
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{method} is not available here")
+    monkeypatch.setenv("SENSORIUM_API_KEY", emu.api_key)
+    client = emu.client()
+    expected = client.embed_many(ENCODER, WINDOW[np.newaxis])  # the parent's runtime is running
+    ctx = multiprocessing.get_context(method)
+    queue = ctx.Queue()
+    worker = ctx.Process(target=_embed_in_worker, args=(client, queue))
+    worker.start()
+    try:
+        got = queue.get(timeout=120)
+    finally:
+        worker.join(timeout=60)
+    assert not isinstance(got, str), got
+    np.testing.assert_array_equal(got, expected)
+    assert worker.exitcode == 0
