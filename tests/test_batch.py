@@ -399,3 +399,29 @@ def test_command_line_list_style():
             assert len(list(c.batch.pipelines.list())) == 3
     finally:
         stop_cli(proc)
+
+
+def test_the_whole_path_fine_tune_checkpoint_batch_download_read(run, batch_emu, tmp_path):
+    """What the public examples do: train a head, pick the best checkpoint, feed it to batch
+    inference over several recordings, download every output and read the predictions."""
+    with batch_emu.client() as c:
+        for i in range(3):
+            c.files.upload_base64(f"shift_{i}.csv", recording(16, busy=i % 2 == 1, start=i * 16))
+    tuning = run(lambda c: c.fine_tuning.jobs.create(
+        "omega", name="pump states", method=ft.head(window_size=4, n_epochs=2),
+        training_files=[ft.n_shot("idle.csv", "idle"), ft.n_shot("busy.csv", "busy")]))
+    done = run(lambda c: c.fine_tuning.jobs.wait(tuning.id, timeout=30))
+    assert done.status == "COMPLETED"
+    checkpoints = run(lambda c: c.fine_tuning.jobs.checkpoints(tuning.id))
+    best = min(checkpoints, key=lambda ckp: ckp.metrics["loss"])
+    job = run(lambda c: c.batch.jobs.create(
+        "score shifts", pipeline_key=MACHINE_STATE, parameters=WINDOW,
+        inputs={"worker.inference": [f"shift_{i}.csv" for i in range(3)], "worker.fine_tune_checkpoint": best}))
+    assert run(lambda c: c.batch.jobs.wait(job.id, timeout=30)).status == "COMPLETED"
+    paths = run(lambda c: c.batch.jobs.download_outputs(job.id, tmp_path / "predictions"))
+    assert [p.name for p in paths] == [f"pred_shift_{i}_part_{i}.csv" for i in range(3)]
+    for i, path in enumerate(paths):
+        rows = path.read_text().splitlines()
+        assert rows[0] == "time,Prediction" and len(rows) == 1 + 16 // 4
+        labels = {row.split(",")[1] for row in rows[1:]}
+        assert labels == {"busy" if i % 2 else "idle"}, (path.name, labels)

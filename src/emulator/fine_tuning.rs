@@ -67,8 +67,9 @@ struct JobRec {
     org: String,
     created: std::time::SystemTime,
     json: Value,
-    /// Labels of the n-shot training files: a checkpoint's classes when a batch job uses it.
-    labels: Vec<String>,
+    /// `(label, file id)` of the n-shot training files: a checkpoint's classes and examples when
+    /// a batch job uses it.
+    examples: Vec<(String, String)>,
     events: Vec<Value>,
     checkpoints: Vec<Value>,
     metrics: Vec<Value>,
@@ -110,6 +111,9 @@ pub(crate) struct Training {
     pub window_size: Option<u64>,
     /// The classes of the n-shot training files, in order, without repeats.
     pub labels: Vec<String>,
+    /// `(class, file id)` of each n-shot training file: what the stand-in head "learned", so a
+    /// batch job fed the checkpoint labels windows by their nearest training example.
+    pub examples: Vec<(String, String)>,
 }
 
 impl FineTuningStore {
@@ -125,12 +129,12 @@ impl FineTuningStore {
             other => other.as_u64(),
         });
         let mut labels: Vec<String> = Vec::new();
-        for label in &job.labels {
+        for (label, _) in &job.examples {
             if !labels.contains(label) {
                 labels.push(label.clone());
             }
         }
-        Some(Training { window_size, labels })
+        Some(Training { window_size, labels, examples: job.examples.clone() })
     }
 
     /// Every job of `org` with its creation time, for `GET /jobs`.
@@ -263,9 +267,10 @@ async fn create(State(shared): State<Arc<Shared>>, headers: HeaderMap, raw: axum
         "method": body.get("method"),
     });
     let id = job["id"].as_str().unwrap_or_default().to_string();
-    let labels = body.get("training_files").and_then(Value::as_array).into_iter().flatten()
-        .filter_map(|f| f.get("label").and_then(Value::as_str).map(str::to_string)).collect();
-    let mut rec = JobRec { org, created: std::time::SystemTime::now(), json: job.clone(), labels, events: Vec::new(),
+    let examples = body.get("training_files").and_then(Value::as_array).into_iter().flatten()
+        .filter_map(|f| Some((f.get("label")?.as_str()?.to_string(), f.get("file_id")?.as_str()?.to_string())))
+        .collect();
+    let mut rec = JobRec { org, created: std::time::SystemTime::now(), json: job.clone(), examples, events: Vec::new(),
                            checkpoints: Vec::new(), metrics: Vec::new() };
     rec.event("INFO", "job.created", "Job created.".into(), None);
     shared.fine_tuning.jobs.lock().push(rec);
@@ -461,12 +466,15 @@ mod tests {
         let job = |org: &str, window: Value, checkpoint: &str| JobRec {
             org: org.into(), created: std::time::SystemTime::now(),
             json: json!({"method": {"type": "head", "head": {"reader": {"window_size": window}}}}),
-            labels: vec!["idle".into(), "busy".into(), "idle".into()], events: vec![],
+            examples: vec![("idle".into(), "i1.csv".into()), ("busy".into(), "b.csv".into()), ("idle".into(), "i2.csv".into())],
+            events: vec![],
             checkpoints: vec![json!({"id": checkpoint})], metrics: vec![],
         };
         store.jobs.lock().extend([job("a", json!(32), "ckp_1"), job("a", json!("auto"), "ckp_2")]);
         let trained = store.checkpoint_training("a", "ckp_1").unwrap();
-        assert_eq!(trained, Training { window_size: Some(32), labels: vec!["idle".into(), "busy".into()] });
+        assert_eq!(trained.window_size, Some(32));
+        assert_eq!(trained.labels, ["idle", "busy"]);
+        assert_eq!(trained.examples[1], ("busy".to_string(), "b.csv".to_string()));
         assert_eq!(store.checkpoint_training("a", "ckp_2").unwrap().window_size, None, "auto: the reader's default");
         assert_eq!(store.checkpoint_training("b", "ckp_1"), None, "another organization's checkpoint");
         assert_eq!(store.checkpoint_training("a", "ckp_3"), None);

@@ -68,6 +68,7 @@ impl BatchRun {
     fn process(&self, org: &str, key: &str, config: &Value, inputs: &[InputRec], failing: &HashSet<String>) -> Result<Vec<(InputRec, Outcome)>, String> {
         let reader = Reader::from_config(config);
         let mut fallback_labels = Vec::new();
+        let mut trained_examples = Vec::new();
         if let Some(checkpoint) = inputs.iter().find_map(|i| i.checkpoint_id.as_deref()) {
             let training = self.shared.fine_tuning.checkpoint_training(org, checkpoint)
                 .ok_or_else(|| format!("checkpoint {checkpoint} is no longer available"))?;
@@ -78,10 +79,16 @@ impl BatchRun {
                      set window_size to {trained} to use it", reader.window_size));
             }
             fallback_labels = training.labels;
+            trained_examples = training.examples;
         }
-        let read = |i: &InputRec| i.file_id.as_deref().and_then(|f| self.shared.files.get(org, f)).and_then(|f| std::fs::read(&f.path).ok());
-        let examples: Vec<(String, Vec<u8>)> = inputs.iter().filter(|i| i.port == "worker.n_shots")
+        let read_file = |f: &str| self.shared.files.get(org, f).and_then(|f| std::fs::read(&f.path).ok());
+        let read = |i: &InputRec| i.file_id.as_deref().and_then(read_file);
+        let mut examples: Vec<(String, Vec<u8>)> = inputs.iter().filter(|i| i.port == "worker.n_shots")
             .filter_map(|i| Some((i.metadata["class"].as_str()?.to_string(), read(i)?))).collect();
+        // Without n-shot inputs, a checkpoint classifies by the examples it was trained on.
+        if examples.is_empty() {
+            examples = trained_examples.iter().filter_map(|(class, f)| Some((class.clone(), read_file(f)?))).collect();
+        }
         let classes = Classes::new(&examples, &fallback_labels, &reader);
         let pipeline = pipelines::find(key);
         let processed = |i: &&InputRec| pipeline.and_then(|p| p.port(&i.port)).is_some_and(|p| p.processed && matches!(p.accepts, Accepts::File(_)));
