@@ -309,3 +309,75 @@ def test_the_session_socket_pairs_each_reply_with_its_call(emu, client_kind):
     assert gone["is_valid"] is True
     with pytest.raises(NotFoundError):
         on(emu, client_kind, lambda c: c.lens.sessions.info(session_id))
+
+
+def test_a_hundred_thousand_events_over_connections_cut_every_thousand(emu, client_kind):
+    rows = 100_000
+    csv = "time,x\n" + "".join(f"{i},{i % 7}\n" for i in range(rows))
+    with emu.client() as client:
+        client.files.upload_base64("long.csv", csv.encode())
+    session_id = running_session(emu, client_kind, [NOOP, SSE])
+    emu.drop_streams(every=1000)
+    done = in_background(lambda: read(emu, client_kind, session_id))
+    with emu.client() as client:
+        with client.lens.sessions.connect(session_id) as socket:
+            socket.set_input_stream("csv_file_reader", {"file_id": "long.csv", "window_size": 1})
+        deadline = time.monotonic() + 120
+        while client.lens.sessions.info(session_id).num_outputs < rows and time.monotonic() < deadline:
+            time.sleep(0.2)
+        client.lens.sessions.destroy(session_id)
+    events, last_id = done()
+    indices = [e.event_data["window_index"] for e in events]
+    assert len(indices) == rows and indices == list(range(rows))  # each once, in order
+    assert last_id == events[-1].id
+    assert len([r for r in emu.requests if "/lens/sessions/consumer/" in r.path]) >= rows // 1000
+
+
+def test_pings_are_answered_while_python_is_idle_and_stray_messages_never_become_replies(client_kind):
+    import json as _json
+
+    from websockets.sync.server import serve
+
+    from _fake_server import response
+
+    pongs: list[bool] = []
+
+    def handler(ws: Any) -> None:
+        # A ping while the client sits idle: its reading task must answer.
+        time.sleep(0.3)
+        pongs.append(ws.ping().wait(timeout=2))
+        for message in ws:
+            request_type = _json.loads(message)["type"]
+            pongs.append(ws.ping().wait(timeout=2))
+            # Unsolicited messages first: a heartbeat answer and garbage; neither is this call's reply.
+            ws.send(_json.dumps({"type": "session.heartbeat.response", "event_data": {"is_valid": True}}))
+            ws.send("not json")
+            if request_type == "session.status":
+                ws.send(_json.dumps({"session_id": "lsn-1", "session_status": "3", "api_key": "sk-test"}))
+            else:
+                ws.send(_json.dumps({"type": f"{request_type}.response",
+                                     "event_data": {"is_valid": True, "error_messages": [], "echo": request_type}}))
+
+    with serve(handler, "127.0.0.1", 0) as ws_server:
+        threading.Thread(target=ws_server.serve_forever, daemon=True).start()
+        endpoint = f"ws://127.0.0.1:{ws_server.socket.getsockname()[1]}/v0.5/lens/sessions/lsn-1"
+        record = _json.dumps({"session_id": "lsn-1", "session_endpoint": endpoint}).encode()
+        with FakeServer(lambda head: [response(200, record)]) as rest:
+            def sync_body(c: Any) -> Any:
+                with c.lens.sessions.connect("lsn-1") as socket:
+                    time.sleep(1.0)  # Python does nothing; the ping still gets its pong
+                    return [socket.status(), socket.validate(), socket.read(),
+                            socket.set_output_stream("sse", {}), socket.model_query(instruction="hi")]
+
+            async def async_body(c: Any) -> Any:
+                async with await c.lens.sessions.connect("lsn-1") as socket:
+                    await asyncio.sleep(1.0)
+                    return [await socket.status(), await socket.validate(), await socket.read(),
+                            await socket.set_output_stream("sse", {}), await socket.model_query(instruction="hi")]
+
+            replies = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                             base_url=rest.base_url)
+    status, *others = replies
+    assert status.session_id == "lsn-1" and status.status == "running" and status.api_key == "<redacted>"
+    assert [r["echo"] for r in others] == ["session.validate", "session.read", "output_stream.set", "model.query"]
+    assert pongs == [True] * 6

@@ -135,9 +135,12 @@ pub async fn pump(transport: &Transport, path: &str, options: StreamOptions, tx:
                     return;
                 }
                 log::debug!("event stream lost ({reason}); reconnecting after {:?}", last_id);
-                let wait = match server_retry {
-                    Some(retry) if failures == 1 => retry,
-                    _ => transport.config.retry.delay(failures, None),
+                // A connection that delivered events and then dropped is resumed at once (or
+                // after the server's `retry`); only reconnects that bring nothing back off.
+                let wait = match (server_retry, failures) {
+                    (Some(retry), 1) => retry,
+                    (None, 1) => Duration::ZERO,
+                    _ => transport.config.retry.delay(failures - 1, None),
                 };
                 tokio::time::sleep(wait).await;
             }
@@ -264,6 +267,19 @@ mod tests {
         assert_eq!(events[0].data, "{\"type\": \"inference.result\",\n\"event_data\": {\"x\": 1}}");
         assert_eq!(events[1].data, "not json");
         assert_eq!(last.as_deref(), Some("4"));
+    }
+
+    #[tokio::test]
+    async fn framing_holds_when_fed_one_byte_at_a_time() {
+        let text: &'static [u8] = b"retry: 5\r\n: note\r\nid: 1\r\ndata: {\"type\": \"a\",\r\ndata: \"event_data\": 1}\r\n\r\n\
+            id: 2\rdata: {\"type\": \"b\"}\r\rid: 3\ndata: x\n\n";
+        let whole = parse(vec![text], StreamOptions::default()).await;
+        let bytes: Vec<&'static [u8]> = (0..text.len()).map(|i| &text[i..i + 1]).collect();
+        let split = parse(bytes, StreamOptions::default()).await;
+        assert_eq!(whole, split);
+        let kinds: Vec<&str> = split.0.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds, ["a", "b", "message"]);
+        assert_eq!(split.0[0].event_data.as_deref(), Some("1"));
     }
 
     #[tokio::test]
