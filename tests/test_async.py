@@ -212,7 +212,8 @@ def test_one_client_across_two_event_loops(emu):
 async def test_cancelling_a_download_cancels_the_transfer(emu, aclient, tmp_path):
     """Cancelling the awaitable cancels the Rust future: the stalled transfer stops and its
     temporary file goes, long before the 60 s read timeout would end it."""
-    await aclient.files.upload_base64("big.png", b"\x89PNG" + bytes(400_000))
+    # Above the 4 MiB that downloads gather in memory, so the bytes stream to a temporary file.
+    await aclient.files.upload_base64("big.png", b"\x89PNG" + bytes(5_000_000))
     emu.inject("GET", "/files/download/big.png", action="stall", times=1)
     folder = tmp_path / "dl"
     folder.mkdir()
@@ -229,4 +230,4 @@ async def test_cancelling_a_download_cancels_the_transfer(emu, aclient, tmp_path
         await asyncio.sleep(0.05)
     assert list(folder.iterdir()) == []
     out = await aclient.files.download("big.png", folder)
-    assert out.stat().st_size == 400_004
+    assert out.stat().st_size == 5_000_004

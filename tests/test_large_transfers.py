@@ -456,7 +456,8 @@ async def test_progress_true_without_tqdm_names_the_argument(emu: Emulator, tmp_
 
 @pytest.mark.parametrize("action", ["truncate", "reset"])
 def test_failed_download_leaves_no_file(emu: Emulator, tmp_path: Path, action: str) -> None:
-    path, _ = write(tmp_path, "dl.csv", 2 * PART)
+    # Above the 4 MiB that downloads gather in memory, so the bytes stream to a temporary file.
+    path, _ = write(tmp_path, "dl.csv", 6 * 1024 * 1024)
     out = tmp_path / "out"
     out.mkdir()
     with emu.client(max_retries=0) as client:
@@ -468,7 +469,8 @@ def test_failed_download_leaves_no_file(emu: Emulator, tmp_path: Path, action: s
 
 
 def test_failed_download_leaves_an_existing_file_untouched(emu: Emulator, tmp_path: Path) -> None:
-    path, _ = write(tmp_path, "dl.csv", 2 * PART)
+    # Above the 4 MiB that downloads gather in memory, so the bytes stream to a temporary file.
+    path, _ = write(tmp_path, "dl.csv", 6 * 1024 * 1024)
     out = tmp_path / "out"
     out.mkdir()
     (out / "dl.csv").write_bytes(b"the previous version")
@@ -646,7 +648,8 @@ def test_ctrl_c_stops_an_upload_within_a_second_and_leaves_it_resumable(
 
 @pytest.mark.timeout(60)
 def test_ctrl_c_during_a_download_leaves_no_file(emu: Emulator, tmp_path: Path, children: list[Child]) -> None:
-    path, _ = write(tmp_path, "dl.csv", 2 * PART)
+    # Above the 4 MiB that downloads gather in memory, so the bytes stream to a temporary file.
+    path, _ = write(tmp_path, "dl.csv", 6 * 1024 * 1024)
     out = tmp_path / "out"
     out.mkdir()
     with emu.client() as client:

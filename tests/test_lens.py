@@ -381,3 +381,46 @@ def test_pings_are_answered_while_python_is_idle_and_stray_messages_never_become
     assert status.session_id == "lsn-1" and status.status == "running" and status.api_key == "<redacted>"
     assert [r["echo"] for r in others] == ["session.validate", "session.read", "output_stream.set", "model.query"]
     assert pongs == [True] * 6
+
+
+def test_records_from_literal_json_of_the_spec_tables():
+    # The spec's "Lens session record" and "Lens" tables, written out by hand.
+    record = {
+        "session_id": "lsn-250101abc", "lens_id": "lns-1", "lens_name": "echo", "org_id": "org-1",
+        "api_key": "sk-live-secret", "session_status": "LensSessionStatus.SESSION_STATUS_REGISTERED",
+        "session_endpoint": "wss://api.example/v0.5/lens/sessions/lsn-250101abc", "session_runner": "runner-3",
+        "node_tag": "gpu-a", "session_ttl_sec": 86400,
+        "lens_config": {"lens_name": "echo", "model_pipeline": [NOOP], "model_parameters": {}},
+        "input_data_stream_id": None, "output_data_stream_id": None, "registration_timestamp": 1767225600.5,
+        "last_event_timestamp": 1767225600.5, "last_update_timestamp": 1767225600.5,
+        "session_start_timestamp": None, "session_destroyed_timestamp": None, "num_active_connections": 0,
+        "num_updates": 0, "num_inputs": 0, "num_outputs": 0, "num_events": 0, "shiny_new_field": [1],
+    }
+    session = LensSession.from_dict(record)
+    assert session.status == "registered" and session.session_ttl_sec == 86400 and session.num_events == 0
+    assert session.session_start_timestamp is None and session.extra == {"shiny_new_field": [1]}
+    assert session.api_key == "<redacted>" and "sk-live-secret" not in repr(session) + str(session.to_dict())
+    assert {**session.to_dict(), "api_key": "sk-live-secret"} == record
+    for spelled, word in (("LensSessionStatus.SESSION_STATUS_RUNNING", "running"), ("SESSION_STATUS_RUNNING", "running"),
+                          ("3", "running"), (3, "running"), ("SOMETHING_NEW", "SOMETHING_NEW")):
+        assert LensSession.from_dict({"session_id": "lsn-1", "session_status": spelled}).status == word
+    lens = Lens.from_dict({"lens_id": "lns-1", "lens_name": "echo", "lens_modifiable": True,
+                           "lens_status": "LENS_STATUS_MOUNTED", "lens_config": record["lens_config"]})
+    assert lens.lens_modifiable is True and lens.lens_config["model_pipeline"][0]["processor_name"] == "lens_noop_processor"
+
+
+def test_modify_a_running_session_over_the_socket(emu, client_kind):
+    session_id = running_session(emu, client_kind, [NOOP])
+
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect(session_id) as socket:
+            return socket.modify(model_parameters={"threshold": 0.5})
+
+    async def async_body(c: Any) -> Any:
+        async with await c.lens.sessions.connect(session_id) as socket:
+            return await socket.modify(model_parameters={"threshold": 0.5})
+
+    answer = on(emu, client_kind, sync_body if client_kind == "sync" else async_body)
+    assert answer["is_valid"] is True
+    assert answer["outputs"][0]["event_data"]["lens_config"]["model_parameters"] == {"threshold": 0.5}
+    assert on(emu, client_kind, lambda c: c.lens.sessions.info(session_id)).num_updates == 1

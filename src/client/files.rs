@@ -283,18 +283,23 @@ pub async fn download_call(
                 let expected = response.content_length();
                 // A retried download starts over.
                 progress.restart(expected);
-                let partial = PartialFile::create(&dir).await?;
-                let file = tokio::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&partial.path)
-                    .await
-                    .map_err(|e| Error::io(partial.path.display(), e))?;
-                // Each tokio file write is a hop to the blocking pool; writing per received
-                // chunk (~20 KiB) made downloads context-switch-bound. Batch into 4 MiB writes,
-                // but no larger than the body: 32 threads each fetching a 1 KiB result must not
-                // each hold 4 MiB (the soak benchmark saw the allocator keep that memory).
-                let buffer = expected.map_or(DOWNLOAD_BUFFER, |n| (n as usize).clamp(8 * 1024, DOWNLOAD_BUFFER));
-                let mut file = tokio::io::BufWriter::with_capacity(buffer, file);
+                // A body that fits the write buffer is gathered in memory and lands in one hop to
+                // the blocking pool (create, write, fsync, rename); per-file hops were most of
+                // the cost of downloading many small outputs.
+                let mut sink = match expected {
+                    Some(n) if n as usize <= DOWNLOAD_BUFFER => Sink::Memory(Vec::with_capacity(n as usize)),
+                    _ => {
+                        let partial = PartialFile::create(&dir).await?;
+                        let file = tokio::fs::OpenOptions::new()
+                            .write(true)
+                            .open(&partial.path)
+                            .await
+                            .map_err(|e| Error::io(partial.path.display(), e))?;
+                        // Each tokio file write is a hop to the blocking pool; writing per
+                        // received chunk (~20 KiB) made downloads context-switch-bound.
+                        Sink::File(partial, tokio::io::BufWriter::with_capacity(DOWNLOAD_BUFFER, file))
+                    }
+                };
                 let mut stream = response.bytes_stream();
                 let mut written: u64 = 0;
                 loop {
@@ -303,7 +308,7 @@ pub async fn download_call(
                     })?;
                     match next {
                         Some(Ok(chunk)) => {
-                            file.write_all(&chunk).await.map_err(|e| Error::io(partial.path.display(), e))?;
+                            sink.write(&chunk).await?;
                             written += chunk.len() as u64;
                             progress.add(chunk.len() as u64);
                         }
@@ -322,17 +327,62 @@ pub async fn download_call(
                         });
                     }
                 }
-                file.flush().await.map_err(|e| Error::io(partial.path.display(), e))?;
-                file.get_mut().sync_all().await.map_err(|e| Error::io(partial.path.display(), e))?;
-                drop(file);
-                Ok((partial, written))
+                if let Sink::File(partial, file) = &mut sink {
+                    file.flush().await.map_err(|e| Error::io(partial.path.display(), e))?;
+                    file.get_mut().sync_all().await.map_err(|e| Error::io(partial.path.display(), e))?;
+                }
+                Ok((sink, written))
             }
         })
         .await;
-    let (partial, written) = written?;
-    partial.persist(dest).await?;
+    let (sink, written) = written?;
+    match sink {
+        Sink::File(partial, file) => {
+            drop(file);
+            partial.persist(dest).await?;
+        }
+        Sink::Memory(bytes) => land(dir, dest.to_path_buf(), bytes).await?,
+    }
     progress.set_total(written);
     Ok(written)
+}
+
+/// Where a download's bytes go while they arrive.
+enum Sink {
+    Memory(Vec<u8>),
+    File(PartialFile, tokio::io::BufWriter<tokio::fs::File>),
+}
+
+impl Sink {
+    async fn write(&mut self, chunk: &[u8]) -> Result<(), Error> {
+        match self {
+            Sink::Memory(bytes) => {
+                bytes.extend_from_slice(chunk);
+                Ok(())
+            }
+            Sink::File(partial, file) => file.write_all(chunk).await.map_err(|e| Error::io(partial.path.display(), e)),
+        }
+    }
+}
+
+/// Writes `bytes` to a temporary file in `dir`, fsyncs it and renames it to `dest`: atomic, in
+/// one blocking task. The temporary file is removed if anything fails.
+async fn land(dir: PathBuf, dest: PathBuf, bytes: Vec<u8>) -> Result<(), Error> {
+    let shown = dest.display().to_string();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut temp = tempfile::Builder::new()
+            .prefix(".sensorium-download-")
+            .suffix(".partial")
+            .tempfile_in(&dir)
+            .map_err(|e| Error::io(dir.display(), e))?;
+        temp.write_all(&bytes).map_err(|e| Error::io(temp.path().display(), e))?;
+        temp.as_file().sync_all().map_err(|e| Error::io(temp.path().display(), e))?;
+        temp.persist(&dest).map_err(|e| Error::io(dest.display(), e.error))?;
+        Ok(())
+    })
+    .await
+    .map_err(|e| Error::io(shown, std::io::Error::other(e)))?
 }
 
 /// A temporary file that is removed unless persisted.
