@@ -46,7 +46,7 @@ impl StreamEvent {
         if let Some(done) = self.decoded.get() {
             return Ok(done.clone_ref(py));
         }
-        let value = match &self.event.event_data {
+        let value = match self.event.event_data() {
             Some(text) => py.import("json")?.getattr("loads")?.call1((PyString::new(py, text),))?.unbind(),
             None => py.None(),
         };

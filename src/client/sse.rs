@@ -43,8 +43,16 @@ const PARSE_SLICE: usize = 2048;
 pub struct StreamEvent {
     pub id: String,
     pub kind: String,
-    pub event_data: Option<String>,
+    /// Where `event_data` sits inside `data` (no copy of its own: one allocation less per event).
+    event_data_at: Option<std::ops::Range<usize>>,
     pub data: String,
+}
+
+impl StreamEvent {
+    /// The JSON text of `event_data`, when the frame has one.
+    pub fn event_data(&self) -> Option<&str> {
+        self.event_data_at.clone().and_then(|range| self.data.get(range))
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -68,14 +76,20 @@ struct Frame<'a> {
 }
 
 fn to_event(event: Event) -> StreamEvent {
-    match serde_json::from_str::<Frame<'_>>(&event.data) {
-        Ok(frame) => StreamEvent {
-            id: event.id,
-            kind: frame.kind.map(|k| k.into_owned()).unwrap_or(event.event),
-            event_data: frame.event_data.map(|raw| raw.get().to_string()),
-            data: event.data,
-        },
-        Err(_) => StreamEvent { id: event.id, kind: event.event, event_data: None, data: event.data },
+    let parsed = serde_json::from_str::<Frame<'_>>(&event.data).map(|frame| {
+        let base = event.data.as_ptr() as usize;
+        // A borrowed RawValue is a slice of `data`, so its offset is a pointer difference.
+        let at = frame.event_data.and_then(|raw| {
+            let start = (raw.get().as_ptr() as usize).checked_sub(base)?;
+            Some(start..start + raw.get().len())
+        });
+        (frame.kind.map(|k| k.into_owned()), at)
+    });
+    match parsed {
+        Ok((kind, event_data_at)) => {
+            StreamEvent { id: event.id, kind: kind.unwrap_or(event.event), event_data_at, data: event.data }
+        }
+        Err(_) => StreamEvent { id: event.id, kind: event.event, event_data_at: None, data: event.data },
     }
 }
 
@@ -263,7 +277,7 @@ mod tests {
         let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
         assert_eq!(kinds, ["inference.result", "message"]);
         assert_eq!(events[0].id, "1");
-        assert_eq!(events[0].event_data.as_deref(), Some("{\"x\": 1}"));
+        assert_eq!(events[0].event_data(), Some("{\"x\": 1}"));
         assert_eq!(events[0].data, "{\"type\": \"inference.result\",\n\"event_data\": {\"x\": 1}}");
         assert_eq!(events[1].data, "not json");
         assert_eq!(last.as_deref(), Some("4"));
@@ -279,7 +293,7 @@ mod tests {
         assert_eq!(whole, split);
         let kinds: Vec<&str> = split.0.iter().map(|e| e.kind.as_str()).collect();
         assert_eq!(kinds, ["a", "b", "message"]);
-        assert_eq!(split.0[0].event_data.as_deref(), Some("1"));
+        assert_eq!(split.0[0].event_data(), Some("1"));
     }
 
     #[tokio::test]
