@@ -72,7 +72,7 @@ class Sleep:
 
 @dataclass(frozen=True)
 class Native(Generic[T]):
-    """A call to one of the core's dedicated paths (transfers), which take the same arguments on
+    """A call to one of the core's dedicated paths (transfers, the lens socket), which take the same arguments on
     both clients plus, when ``report`` is given, a progress handle and a tick:
     ``report = (on_progress, bar, label)``."""
 

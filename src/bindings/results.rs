@@ -10,7 +10,8 @@ use pyo3::types::{PyBytes, PyDict};
 use crate::client::query::{output_texts, warnings, EmbeddingMatrix};
 use crate::wire::query::QueryResponse;
 
-fn loads<'py>(py: Python<'py>, raw: &Bytes) -> PyResult<Bound<'py, PyAny>> {
+/// JSON text as Python objects, by the standard library's C parser.
+pub(crate) fn loads<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<Bound<'py, PyAny>> {
     py.import("json")?.getattr("loads")?.call1((PyBytes::new(py, raw),))
 }
 

@@ -9,13 +9,12 @@ use std::sync::{Arc, OnceLock};
 use futures_util::FutureExt;
 
 use pyo3::prelude::*;
-use pyo3::types::PyString;
 use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinHandle;
 
 use super::convert::{py_to_value, Json};
 use super::errors::{guard, internal_error, panic_detail, to_pyerr, Outcome};
-use super::results::NumericEvent;
+use super::results::{loads, NumericEvent};
 use super::runtime;
 use crate::client::sse::{Feed, StreamEvent as Event};
 use crate::client::websocket::Socket;
@@ -47,7 +46,7 @@ impl StreamEvent {
             return Ok(done.clone_ref(py));
         }
         let value = match self.event.event_data() {
-            Some(text) => py.import("json")?.getattr("loads")?.call1((PyString::new(py, text),))?.unbind(),
+            Some(text) => loads(py, text.as_bytes())?.unbind(),
             None => py.None(),
         };
         Ok(self.decoded.get_or_init(|| value).clone_ref(py))
@@ -130,7 +129,7 @@ impl EventFeed {
     fn next_batch<'py>(&self, py: Python<'py>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
         let batches = self.batches.clone();
         let panicked = self.panicked.clone();
-        runtime::run(py, "stream", asynchronous, async move {
+        guard("stream", || runtime::run(py, "stream", asynchronous, async move {
             let next = batches.lock().await.recv().await;
             if next.is_none() {
                 if let Some(detail) = panicked.lock().clone() {
@@ -142,7 +141,7 @@ impl EventFeed {
                 Some(Ok(events)) => Ok(Batch(Some(events))),
                 Some(Err(e)) => Err(e),
             }))
-        })
+        }))
     }
 
     /// Stops reading: the connection is closed and no more events arrive.
@@ -208,9 +207,11 @@ impl LensSocket {
     /// The close handshake.
     fn close<'py>(&self, py: Python<'py>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
         let socket = self.socket.clone();
-        runtime::run(py, "socket.close", asynchronous, async move {
-            socket.close().await;
-            Ok(())
+        guard("socket.close", || {
+            runtime::run(py, "socket.close", asynchronous, async move {
+                socket.close().await;
+                Ok(())
+            })
         })
     }
 }

@@ -43,11 +43,12 @@ def warn_deprecated() -> None:
                       "client.embed) and agents (client.agents) replace it", DeprecationWarning, stacklevel=3)
 
 
-def _name(value: Any, argument: str) -> str:
+def _text(value: Any, argument: str) -> str:
+    """A name or id argument, checked before sending: a string with something in it."""
     if not isinstance(value, str):
         raise TypeError(f"{argument}: expected a str, got {type(value).__name__}")
     if not value.strip():
-        raise InvalidArgumentError(f"{argument}: a lens needs a non-empty name", argument=argument)
+        raise InvalidArgumentError(f"{argument}: must be a non-empty string", argument=argument)
     return value
 
 
@@ -74,7 +75,7 @@ def _parameters(value: Any, argument: str) -> dict[str, Any]:
 
 def _checked_config(config: Mapping[str, Any], argument: str) -> dict[str, Any]:
     out = dict(config)
-    _name(out.get("lens_name"), f"{argument}.lens_name")
+    _text(out.get("lens_name"), f"{argument}.lens_name")
     if "model_pipeline" in out:
         out["model_pipeline"] = _pipeline(out["model_pipeline"], f"{argument}.model_pipeline")
     if "model_parameters" in out:
@@ -100,7 +101,7 @@ def lens_config(name: Any, model_pipeline: Any, model_parameters: Any) -> dict[s
         if not isinstance(loaded, Mapping):
             raise InvalidArgumentError("name: the lens YAML must be a mapping with lens_name", argument="name")
         return _checked_config(loaded, "lens_config")
-    _name(name, "name")
+    _text(name, "name")
     if model_pipeline is None:
         raise InvalidArgumentError("model_pipeline: a lens needs its processors (a list of {processor_name, "
                                    "processor_config})", argument="model_pipeline")
@@ -138,17 +139,17 @@ class Sessions(Resource):
 
         >>> session = client.lens.sessions.create("lns-...")  # doctest: +SKIP
         """
-        return self._call(Request("POST", "/lens/sessions/create", body={"lens_id": _name(lens_id, "lens_id")},
+        return self._call(Request("POST", "/lens/sessions/create", body={"lens_id": _text(lens_id, "lens_id")},
                                   cast=LensSession.from_dict))
 
     def destroy(self, session_id: str) -> Any:
         """Ends a session; an open stream gets what remains and then ends."""
         return self._call(Request("POST", "/lens/sessions/destroy",
-                                  body={"session_id": _name(session_id, "session_id")}, cast=LensSession.from_dict))
+                                  body={"session_id": _text(session_id, "session_id")}, cast=LensSession.from_dict))
 
     def info(self, session_id: str) -> Any:
         """One session's record (its counters and timestamps)."""
-        return self._call(Request("GET", "/lens/sessions/info", query(session_id=_name(session_id, "session_id")),
+        return self._call(Request("GET", "/lens/sessions/info", query(session_id=_text(session_id, "session_id")),
                                   cast=LensSession.from_dict))
 
     def metadata(self) -> Any:
@@ -168,14 +169,14 @@ class Sessions(Resource):
             raise InvalidArgumentError("event: needs a 'type' (such as 'image', 'text' or 'data.json')",
                                        argument="event")
         return self._call(Request("POST", "/lens/sessions/events/process",
-                                  body={"session_id": _name(session_id, "session_id"), "event": dict(event)},
+                                  body={"session_id": _text(session_id, "session_id"), "event": dict(event)},
                                   cast=_event_answer))
 
     def wait_until_running(self, session_id: str, *, timeout: Optional[float] = None) -> Any:
         """Waits until the session's runner has started it (either status spelling) and returns
         the record; ``WaitTimeoutError`` after ``timeout`` seconds, and a destroyed or expired
         session raises."""
-        _name(session_id, "session_id")
+        _text(session_id, "session_id")
         return self._drive(self._wait_until_running(session_id, timeout))
 
     def _wait_until_running(self, session_id: str, timeout: Optional[float]) -> Operation[LensSession]:
@@ -222,7 +223,7 @@ class Sessions(Resource):
         ...     socket.update(np.random.rand(3, 256))
         ...     print(socket.read())
         """
-        _name(session_id, "session_id")
+        _text(session_id, "session_id")
         return self._drive(self._connect(session_id, bool(subprotocol)))
 
     def _connect(self, session_id: str, subprotocol: bool) -> Operation[SessionSocket]:
@@ -261,18 +262,18 @@ class LensRuntime(Resource):
 
     def clone(self, lens_id: str, *, name: Optional[str] = None) -> Any:
         """A modifiable copy of a lens (named ``name`` when given)."""
-        body: dict[str, Any] = {"lens_id": _name(lens_id, "lens_id")}
+        body: dict[str, Any] = {"lens_id": _text(lens_id, "lens_id")}
         if name is not None:
-            body["lens_name"] = _name(name, "name")
+            body["lens_name"] = _text(name, "name")
         return self._call(Request("POST", "/lens/clone", body=body, cast=Lens.from_dict))
 
     def modify(self, lens_id: str, *, lens_name: Optional[str] = None,
                model_pipeline: Optional[Sequence[Mapping[str, Any]]] = None,
                model_parameters: Optional[Mapping[str, Any]] = None) -> Any:
         """Replaces the given parts of a lens's configuration; returns the lens."""
-        body: dict[str, Any] = {"lens_id": _name(lens_id, "lens_id")}
+        body: dict[str, Any] = {"lens_id": _text(lens_id, "lens_id")}
         if lens_name is not None:
-            body["lens_name"] = _name(lens_name, "lens_name")
+            body["lens_name"] = _text(lens_name, "lens_name")
         if model_pipeline is not None:
             body["model_pipeline"] = _pipeline(model_pipeline, "model_pipeline")
         if model_parameters is not None:
@@ -284,11 +285,11 @@ class LensRuntime(Resource):
 
     def delete(self, lens_id: str) -> Any:
         """Deletes a modifiable lens; returns the platform's answer."""
-        return self._call(Request("POST", "/lens/delete", body={"lens_id": _name(lens_id, "lens_id")}))
+        return self._call(Request("POST", "/lens/delete", body={"lens_id": _text(lens_id, "lens_id")}))
 
     def info(self, lens_id: str) -> Any:
         """One lens."""
-        return self._call(Request("GET", "/lens/info", query(lens_id=_name(lens_id, "lens_id")), cast=Lens.from_dict))
+        return self._call(Request("GET", "/lens/info", query(lens_id=_text(lens_id, "lens_id")), cast=Lens.from_dict))
 
     def metadata(self) -> Any:
         """Every lens the organization can use."""
@@ -435,7 +436,7 @@ class SessionSocket:
     def read(self, client_id: Optional[str] = None) -> Any:
         """Outputs waiting in the session's mailbox since this reader's last read
         (``{messages, client_id}``), or ``None``; a new ``client_id`` replays from the start."""
-        reader = self.client_id if client_id is None else _name(client_id, "client_id")
+        reader = self.client_id if client_id is None else _text(client_id, "client_id")
         return self._request("session.read", {"client_id": reader}, _event_data)
 
     def update(self, event: Any) -> Any:
@@ -488,7 +489,7 @@ class SessionSocket:
 
 
 def _stream(stream_type: Any, stream_config: Any) -> dict[str, Any]:
-    _name(stream_type, "stream_type")
+    _text(stream_type, "stream_type")
     return {"stream_type": stream_type, "stream_config": _parameters(stream_config, "stream_config")}
 
 
