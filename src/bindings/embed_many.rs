@@ -6,12 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use numpy::ndarray::Array3;
 use numpy::{PyArray3, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use super::errors::{guard, internal_error, to_pyerr};
-use super::numeric::channels_json;
+use super::numeric::{channels_json_within, Wrap};
 use super::runtime;
 use crate::client::embed_many::{Batch, BodyTemplate, PreparedWindow};
 use crate::client::query::EMBEDDING_DIM;
@@ -32,25 +33,32 @@ impl EmbedBatch {
         EmbedBatch { batch, template, per_channel }
     }
 
+    /// One request body: `window` (channels, window) or (window,) as the request's one event.
+    fn body(&self, window: &Bound<'_, PyAny>, arg: &str) -> Result<(Bytes, usize), Error> {
+        let wrap = Wrap { head: self.template.head(), tail: self.template.tail() };
+        let written = channels_json_within(window, arg, wrap)?;
+        Ok((Bytes::from(written.json), written.channels))
+    }
+
     /// One window's request bodies: the whole (channels, window) event, or one event per channel.
     fn prepare(&self, window: &Bound<'_, PyAny>, arg: &str) -> Result<PreparedWindow, Error> {
         if !self.per_channel {
-            let event = channels_json(window, arg)?;
-            return Ok(PreparedWindow { channels: event.channels, bodies: vec![self.template.body(&event.json)] });
+            let (body, channels) = self.body(window, arg)?;
+            return Ok(PreparedWindow { channels, bodies: vec![body] });
         }
         let array = window
             .cast::<PyUntypedArray>()
             .map_err(|_| Error::invalid_argument(arg, "must be a numpy array"))?;
         if array.ndim() != 2 {
             // 1-D is one channel; anything else gets channels_json's own message.
-            let event = channels_json(window, arg)?;
-            return Ok(PreparedWindow { channels: event.channels, bodies: vec![self.template.body(&event.json)] });
+            let (body, channels) = self.body(window, arg)?;
+            return Ok(PreparedWindow { channels, bodies: vec![body] });
         }
         let channels = array.shape()[0];
         let mut bodies = Vec::with_capacity(channels);
         for c in 0..channels {
             let row = window.get_item(c).map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
-            bodies.push(self.template.body(&channels_json(&row, arg)?.json));
+            bodies.push(self.body(&row, arg)?.0);
         }
         if bodies.is_empty() {
             return Err(Error::invalid_argument(arg, "has no channels"));
@@ -97,8 +105,8 @@ impl EmbedBatch {
         })
     }
 
-    /// Waits (GIL released; Ctrl-C raises) until a window finishes after `seen` had, or about
-    /// 200 ms; returns the windows finished. Blocks, or with `asynchronous` returns an awaitable.
+    /// Waits (GIL released; Ctrl-C raises) until windows finished after `seen` had and room is
+    /// free to refill (`Batch::changed`), or about 200 ms; returns the windows finished. Blocks, or with `asynchronous` returns an awaitable.
     fn wait<'py>(&self, py: Python<'py>, seen: usize, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
         let batch = self.batch.clone();
         runtime::run(py, "embed_many", asynchronous, async move {

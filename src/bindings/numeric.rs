@@ -25,6 +25,19 @@ const EVENT_SUFFIX: &[u8] = b"}}";
 /// Serialises a numpy array shaped (channels, window) or (window,), of any real dtype and any
 /// memory layout, into one buffer holding the whole event. `arg` names the argument in errors.
 pub fn channels_json(obj: &Bound<'_, PyAny>, arg: &str) -> Result<ChannelsJson, Error> {
+    channels_json_within(obj, arg, Wrap::default())
+}
+
+/// Bytes written before and after the event, in the same buffer: a request body around its one
+/// event costs no second copy of the event (20 kB for a 1024-point float64 channel).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Wrap<'a> {
+    pub head: &'a [u8],
+    pub tail: &'a [u8],
+}
+
+/// [`channels_json`] with `wrap.head` before the event and `wrap.tail` after it.
+pub fn channels_json_within(obj: &Bound<'_, PyAny>, arg: &str, wrap: Wrap<'_>) -> Result<ChannelsJson, Error> {
     let array = obj
         .cast::<PyUntypedArray>()
         .map_err(|_| Error::invalid_argument(arg, "must be a numpy array"))?;
@@ -46,7 +59,7 @@ pub fn channels_json(obj: &Bound<'_, PyAny>, arg: &str) -> Result<ChannelsJson, 
         // Arrays rebuilt from a byte buffer (pickle protocol 5, Dask's transfer between workers)
         // may start at an odd address; numpy's copy is aligned, and reading it is what is safe.
         let copy = obj.call_method0("copy").map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
-        return channels_json(&copy, arg);
+        return channels_json_within(&copy, arg, wrap);
     }
     let descr = array.dtype();
     let kind = descr.kind();
@@ -57,7 +70,7 @@ pub fn channels_json(obj: &Bound<'_, PyAny>, arg: &str) -> Result<ChannelsJson, 
                 let typed = obj.cast::<PyArrayDyn<$t>>().map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
                 let readonly = typed.try_readonly().map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
                 let view = as_2d(readonly.as_array(), arg)?;
-                return write_channels(view, arg, $write);
+                return write_channels(view, arg, wrap, $write);
             }
         };
     }
@@ -69,7 +82,7 @@ pub fn channels_json(obj: &Bound<'_, PyAny>, arg: &str) -> Result<ChannelsJson, 
             let wide = obj
                 .call_method1("astype", ("float64",))
                 .map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
-            channels_json(&wide, arg)
+            channels_json_within(&wide, arg, wrap)
         }
         b'i' | b'u' => {
             try_as!(i64, write_int);
@@ -83,7 +96,7 @@ pub fn channels_json(obj: &Bound<'_, PyAny>, arg: &str) -> Result<ChannelsJson, 
             let wide = obj
                 .call_method1("astype", ("int64",))
                 .map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
-            channels_json(&wide, arg)
+            channels_json_within(&wide, arg, wrap)
         }
         _ => {
             let name = descr.str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into());
@@ -111,11 +124,15 @@ fn as_2d<'a, T>(view: numpy::ndarray::ArrayViewD<'a, T>, arg: &str) -> Result<Ar
 fn write_channels<T: Copy>(
     view: ArrayView2<'_, T>,
     arg: &str,
+    wrap: Wrap<'_>,
     write: fn(&mut Vec<u8>, T) -> bool,
 ) -> Result<ChannelsJson, Error> {
     let (channels, window) = view.dim();
     // Shortest round-trip floats average ~20 bytes with the comma; sized once, no regrowth.
-    let mut out = Vec::with_capacity(EVENT_PREFIX.len() + channels * (window * 21 + 2) + 2 + EVENT_SUFFIX.len());
+    let mut out = Vec::with_capacity(
+        wrap.head.len() + EVENT_PREFIX.len() + channels * (window * 21 + 2) + 2 + EVENT_SUFFIX.len() + wrap.tail.len(),
+    );
+    out.extend_from_slice(wrap.head);
     out.extend_from_slice(EVENT_PREFIX);
     out.push(b'[');
     for (c, row) in view.rows().into_iter().enumerate() {
@@ -139,6 +156,7 @@ fn write_channels<T: Copy>(
     }
     out.push(b']');
     out.extend_from_slice(EVENT_SUFFIX);
+    out.extend_from_slice(wrap.tail);
     Ok(ChannelsJson { json: out, channels, window })
 }
 
@@ -146,7 +164,7 @@ fn write_f64(out: &mut Vec<u8>, v: f64) -> bool {
     if !v.is_finite() {
         return false;
     }
-    out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+    out.extend_from_slice(zmij::Buffer::new().format_finite(v).as_bytes());
     true
 }
 
@@ -154,7 +172,7 @@ fn write_f32(out: &mut Vec<u8>, v: f32) -> bool {
     if !v.is_finite() {
         return false;
     }
-    out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+    out.extend_from_slice(zmij::Buffer::new().format_finite(v).as_bytes());
     true
 }
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use tokio::sync::{watch, Semaphore};
@@ -37,7 +37,7 @@ pub const DEFAULT_CONCURRENCY: usize = 64;
 pub const MAX_CONCURRENCY: usize = 1024;
 
 /// The JSON of an encoder request around its one numeric event, built once per batch: every
-/// request is `prefix + event + "]}"`, so a body costs one copy of its event.
+/// request is `prefix + event + "]}"`, written by the bindings in one buffer.
 #[derive(Debug, Clone)]
 pub struct BodyTemplate {
     prefix: Bytes,
@@ -58,12 +58,15 @@ impl BodyTemplate {
         Ok(BodyTemplate { prefix })
     }
 
-    pub fn body(&self, event: &[u8]) -> Bytes {
-        let mut body = BytesMut::with_capacity(self.prefix.len() + event.len() + BODY_SUFFIX.len());
-        body.extend_from_slice(&self.prefix);
-        body.extend_from_slice(event);
-        body.extend_from_slice(BODY_SUFFIX);
-        body.freeze()
+    /// What goes before the event: the writer builds each body in one buffer,
+    /// `head + event + tail`.
+    pub fn head(&self) -> &[u8] {
+        &self.prefix
+    }
+
+    /// What goes after the event.
+    pub fn tail(&self) -> &'static [u8] {
+        BODY_SUFFIX
     }
 }
 
@@ -234,10 +237,14 @@ impl Batch {
             .await
     }
 
-    /// Resolves once a window has finished since `seen` finished windows, or at once if one has.
+    /// Resolves once windows have finished since `seen` finished windows and either a quarter of
+    /// the batch's room is free again or none is pending. Waking the caller for every window
+    /// cost a thread wake-up and a pass of its loop per window; a quarter keeps the requests
+    /// fed (half the ready windows are still queued when the caller refills).
     pub async fn changed(&self, seen: usize) {
+        let refill = (self.capacity.load(Ordering::Acquire) / 4).max(1);
         let mut rx = self.progress.subscribe();
-        let _ = rx.wait_for(|done| *done != seen).await;
+        let _ = rx.wait_for(|done| *done != seen && (self.room() >= refill || self.pending() == 0)).await;
     }
 
     /// Stops every window still running; their requests are dropped.
@@ -268,12 +275,13 @@ mod tests {
     #[test]
     fn body_template_wraps_one_event() {
         let t = BodyTemplate::new("Encoder::x", Some(true)).unwrap();
-        let body = t.body(br#"{"type":"data.numeric_array","event_data":{"contents":[[1,2]]}}"#);
+        let body = [t.head(), br#"{"type":"data.numeric_array","event_data":{"contents":[[1,2]]}}"#, t.tail()].concat();
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["model"], "Encoder::x");
         assert_eq!(v["normalize_input"], true);
         assert_eq!(v["events"][0]["event_data"]["contents"][0][1], 2);
-        let plain: Value = serde_json::from_slice(&BodyTemplate::new("E::x", None).unwrap().body(b"{}")).unwrap();
+        let plain = BodyTemplate::new("E::x", None).unwrap();
+        let plain: Value = serde_json::from_slice(&[plain.head(), b"{}", plain.tail()].concat()).unwrap();
         assert!(plain.get("normalize_input").is_none());
         assert!(BodyTemplate::new("  ", None).is_err());
     }
