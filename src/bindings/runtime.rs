@@ -90,6 +90,12 @@ pub fn runtime() -> PyResult<Arc<TokioRuntime>> {
     Ok(rt)
 }
 
+/// One core is left to the Python thread that starts the calls and takes their results (up to 4
+/// workers; `SENSORIUM_IO_THREADS` overrides). On the 2-core VM, one worker instead of two cut a
+/// blocking query from 4.5 context switches to 3 and its median from 133-140 µs to 121 µs
+/// (`benchmarks/run.py --quick --only sequential`), where pyreqwest, on one runtime thread, took
+/// 98-136 µs; `embed_many` (Python writing bodies, the worker sending and parsing) kept its
+/// throughput: 8,900-10,200 requests/s against 8,000-9,100 with two.
 fn worker_threads() -> usize {
     std::env::var("SENSORIUM_IO_THREADS")
         .ok()
@@ -97,8 +103,8 @@ fn worker_threads() -> usize {
         .filter(|n: &usize| *n > 0)
         .unwrap_or_else(|| {
             std::thread::available_parallelism()
-                .map(|n| n.get().min(4))
-                .unwrap_or(2)
+                .map(|n| n.get().saturating_sub(1).clamp(1, 4))
+                .unwrap_or(1)
         })
 }
 
