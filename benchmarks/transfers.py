@@ -268,10 +268,23 @@ class Bench:
                 spec["max_workers"] = case.get("max_workers", 8)
             r = run_child(kind, spec)
             emu.delete(link.name)
-        elif kind == "pyreqwest_put":
-            r = run_child(kind, {"url": case["url"], "path": str(data), "chunk": case.get("chunk", MIB)})
-        elif kind == "curl_put":
-            r = run_curl(["-f", "-T", str(data), "-o", "/dev/null", case["url"]])
+        elif kind in ("pyreqwest_put", "curl_put"):
+            # A part URL of a new upload for every PUT: the server then writes a new file, as it
+            # does for sensorium's own upload. Reusing one URL overwrote pages the storage had
+            # already allocated, which cost the server half the CPU and flattered the PUTs.
+            size = data.stat().st_size
+            fresh = emu.call("POST", "/files/uploads/initiate", {
+                "filename": f"single-{self.counter}.bin", "file_type": "application/octet-stream", "num_bytes": size})
+            self.counter += 1
+            if len(fresh["parts"]) != 1:
+                raise RuntimeError(f"expected one part, got {len(fresh['parts'])}")
+            cpu0 = emu.cpu_seconds()
+            url = fresh["parts"][0]["url"]
+            if kind == "pyreqwest_put":
+                r = run_child(kind, {"url": url, "path": str(data), "chunk": case.get("chunk", MIB)})
+            else:
+                r = run_curl(["-f", "-T", str(data), "-o", "/dev/null", url])
+            emu.call("POST", f"/files/uploads/{fresh['upload_id']}/abort", {})
         elif kind == "sensorium_download":
             dest = self.workdir / f"dl-{self.counter}.out"
             self.counter += 1
@@ -498,28 +511,20 @@ def main() -> None:
                   flush=True)
             data = workdir / f"data-{size // MIB}MiB.bin"
             make_file(data, size)
-            # One part URL covering the whole file, for the single-stream PUTs.
-            single = emulators["single"].call("POST", "/files/uploads/initiate", {
-                "filename": f"single-{size // MIB}MiB.bin", "file_type": "application/octet-stream",
-                "num_bytes": size})
-            if len(single["parts"]) != 1:
-                raise RuntimeError(f"expected one part, got {len(single['parts'])}")
-            url = single["parts"][0]["url"]
             upload_cases = [
                 {"name": NAME_SENSORIUM, "kind": "sensorium_upload", "emulator": "default", "data": data,
                  "role": "ours"},
                 {"name": "sensorium files.upload(direct), one part (single stream)", "kind": "sensorium_upload",
                  "emulator": "single", "data": data, "concurrency": 1, "role": "context"},
                 {"name": "curl -T (single PUT to one part URL)", "kind": "curl_put", "emulator": "single",
-                 "data": data, "url": url, "role": "single"},
+                 "data": data, "role": "single"},
                 {"name": "pyreqwest SyncClient PUT, 1 MiB chunks (single stream)", "kind": "pyreqwest_put",
-                 "emulator": "single", "data": data, "url": url, "role": "single"},
+                 "emulator": "single", "data": data, "role": "single"},
                 {"name": NAME_OFFICIAL, "kind": "archetypeai_upload", "emulator": "default", "data": data,
                  "role": "official"},
             ]
             sec: dict[str, Any] = {"rounds": rounds, "bytes": size}
             sec["upload"] = run_group(bench, upload_cases, rounds, f"{label} upload")
-            emulators["single"].call("POST", f"/files/uploads/{single['upload_id']}/abort", {})
 
             if size > GIB and not args.download_4g:
                 report["sizes"][label] = sec
