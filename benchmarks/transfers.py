@@ -256,6 +256,9 @@ class Bench:
         kind = case["kind"]
         emu: Emulator = self.emu[case["emulator"]]
         data: Path = case["data"]
+        # The previous case's gigabyte is still being written back to disk; without this, it
+        # competes with whichever case comes next (untimed).
+        os.sync()
         cpu0 = emu.cpu_seconds()
         cleanup: list[Path] = []
         if kind in ("sensorium_upload", "archetypeai_upload"):

@@ -169,11 +169,16 @@ async fn write_part(w: &PartWrite, body: Body) -> Result<String, Response> {
         let room = w.len.saturating_sub(received);
         let take = usize::try_from(room).unwrap_or(usize::MAX).min(chunk.len());
         if take > 0 {
+            // Uncontended unless the buffer is full and goes to the file.
+            let _writing = w.write_lock.lock().await;
             file.write_all(&chunk[..take]).await.map_err(io_error)?;
         }
         received += chunk.len() as u64;
     }
-    file.flush().await.map_err(io_error)?;
+    {
+        let _writing = w.write_lock.lock().await;
+        file.flush().await.map_err(io_error)?;
+    }
     if received != w.len {
         let code = if received < w.len { "IncompleteBody" } else { "EntityTooLarge" };
         return Err(xml_error(
@@ -200,7 +205,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("u.data");
         std::fs::write(&path, b"............").unwrap();
-        let part = |offset, len| PartWrite { path: path.clone(), offset, len, generation: 1 };
+        let part = |offset, len| PartWrite { path: path.clone(), offset, len, generation: 1, write_lock: Default::default() };
         let etag = write_part(&part(4, 4), body(&[b"ab", b"cd"])).await.unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"....abcd....");
         assert_eq!(etag.len(), 32);
