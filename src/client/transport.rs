@@ -416,32 +416,22 @@ async fn file_range_stream(
     tokio::task::spawn_blocking(move || {
         let mut file = file.take(len);
         loop {
-            let mut chunk = bytes::BytesMut::zeroed(CHUNK);
-            let mut filled = 0;
-            let outcome = loop {
-                match file.read(&mut chunk[filled..]) {
-                    Ok(0) => break Ok(()),
-                    Ok(n) => {
-                        filled += n;
-                        if filled == CHUNK {
-                            break Ok(());
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => break Err(e),
+            // `read_to_end` on a `take` fills the chunk (retrying interrupted reads) without
+            // zeroing it first, and stops at the chunk's size or the range's end.
+            let mut chunk = Vec::with_capacity(CHUNK);
+            let item = match (&mut file).take(CHUNK as u64).read_to_end(&mut chunk) {
+                Ok(0) => return,
+                Ok(read) if read < CHUNK => {
+                    let _ = tx.blocking_send(Ok(Bytes::from(chunk)));
+                    return;
                 }
-            };
-            chunk.truncate(filled);
-            let last = filled < CHUNK;
-            let item = match outcome {
-                Ok(()) if filled == 0 => return,
-                Ok(()) => Ok(chunk.freeze()),
+                Ok(_) => Ok(Bytes::from(chunk)),
                 Err(e) => Err(e),
             };
             let failed = item.is_err();
             // An error ends the body (hyper aborts the request); a dropped receiver means the
             // request is gone, so stop reading.
-            if tx.blocking_send(item).is_err() || failed || last {
+            if tx.blocking_send(item).is_err() || failed {
                 return;
             }
         }
