@@ -284,8 +284,10 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
         "median_us", 1.0, True)
     add("throughput at 64 in flight >= 2x aiohttp's", "sensorium.AsyncClient", "aiohttp", "throughput",
         "rate_per_s", 2.0, False)
-    add("embeddings end to end <= 0.5x aiohttp+orjson's", "sensorium.AsyncClient.embed", "aiohttp + orjson",
-        "embeddings_e2e", "median_us", 0.5, True)
+    # Issue 9 restated this goal as client CPU: end to end, half the time is the emulator's own
+    # stand-in encoder, which no client can shorten.
+    add("embed() client CPU per call <= 0.5x aiohttp+orjson's", "sensorium.AsyncClient.embed", "aiohttp + orjson",
+        "embeddings_e2e", "cpu_us_per_call", 0.5, True)
     add("(context) async sequential latency vs httpx.AsyncClient", "sensorium.AsyncClient", "httpx.AsyncClient",
         "sequential", "median_us", None, True)
     add("(context) async sequential latency vs pyreqwest async", "sensorium.AsyncClient", "pyreqwest.Client",
@@ -294,8 +296,8 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
         "throughput", "cpu_us_per_call", None, True)
     add("(context) throughput, 64 threads, vs aiohttp", "sensorium.Client", "aiohttp", "throughput",
         "rate_per_s", None, False)
-    add("(context) embeddings: client CPU per call vs aiohttp+orjson", "sensorium.AsyncClient.embed",
-        "aiohttp + orjson", "embeddings_e2e", "cpu_us_per_call", None, True)
+    add("(context) embeddings end to end vs aiohttp+orjson", "sensorium.AsyncClient.embed",
+        "aiohttp + orjson", "embeddings_e2e", "median_us", None, True)
     add("(context) embeddings end to end, blocking client, vs aiohttp+orjson", "sensorium.Client.embed",
         "aiohttp + orjson", "embeddings_e2e", "median_us", None, True)
     return out

@@ -17,7 +17,7 @@ use serde_json::{Map, Number, Value};
 
 use crate::client::error::{ApiError, Error, SUMMARY_LIMIT};
 use crate::client::pagination::normalize_page;
-use crate::client::query::{output_texts, parse_embeddings, EMBEDDING_DIM};
+use crate::client::query::{output_texts, parse_embeddings, read_fast, EncoderResponse, EMBEDDING_DIM};
 use crate::client::retry::{parse_retry_after, RetryPolicy};
 use crate::client::secret::ApiKey;
 use crate::client::upload::part_ranges;
@@ -89,6 +89,48 @@ fn encoder_answer() -> impl Strategy<Value = Vec<u8>> {
     })
 }
 
+/// An encoder answer written as text the way servers vary it: members in any order (with
+/// lookalike `response` keys in strings and in other members), any whitespace, and each float32
+/// as its shortest text, as the float64 text of the same value, or in exponent form. Returns the
+/// text and the matrix it holds.
+fn encoder_answer_text() -> impl Strategy<Value = (Vec<u8>, Vec<Vec<f32>>)> {
+    let number = (any::<f32>().prop_filter("finite", |f| f.is_finite()), 0u8..3).prop_map(|(f, style)| {
+        let text = match style {
+            0 => zmij::Buffer::new().format_finite(f).to_string(),
+            1 => zmij::Buffer::new().format_finite(f as f64).to_string(),
+            _ => format!("{f:e}"),
+        };
+        (f, text)
+    });
+    let ws = proptest::sample::select(vec!["", " ", "\n  ", "\t"]);
+    let rows = (1usize..4, 1usize..6).prop_flat_map(move |(rows, cols)| vec(vec(number.clone(), cols), rows));
+    let others = proptest::sample::subsequence(vec![
+        r#""query_id":"q-\"response\":[1]""#,
+        r#""status":"completed""#,
+        r#""warning_messages":["response"]"#,
+        r#""prompt":{"response":[[2]],"x":"]}"}"#,
+        r#""generation_latency":0.25"#,
+    ], 0..4);
+    (rows, others, any::<bool>(), ws, any::<proptest::sample::Index>()).prop_map(|(rows, others, flat, ws, at)| {
+        let flat = flat && rows.len() == 1;
+        let row_text = |row: &Vec<(f32, String)>| {
+            format!("[{ws}{}{ws}]", row.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>().join(&format!("{ws},{ws}")))
+        };
+        let matrix = if flat {
+            row_text(&rows[0])
+        } else {
+            format!("[{}]", rows.iter().map(row_text).collect::<Vec<_>>().join(","))
+        };
+        let mut inner: Vec<String> = others.iter().map(|s| s.to_string()).collect();
+        inner.insert(at.index(inner.len() + 1), format!("\"response\"{ws}:{ws}{matrix}"));
+        let mut outer: Vec<String> = others.iter().map(|s| s.to_string()).collect();
+        outer.insert(at.index(outer.len() + 1), format!("\"response\":{{{ws}{}{ws}}}", inner.join(",")));
+        let text = format!("{ws}{{{}}}{ws}", outer.join(&format!(",{ws}")));
+        let values = rows.iter().map(|r| r.iter().map(|(f, _)| *f).collect()).collect();
+        (text.into_bytes(), values)
+    })
+}
+
 fn api_error(body: &[u8]) -> ApiError {
     let raw = String::from_utf8_lossy(body).into_owned();
     ApiError::from_body(400, "GET", "http://h/v0.5/x", raw, None)
@@ -139,6 +181,32 @@ proptest! {
             }
             Err(Error::Decode { .. } | Error::QueryFailed { .. } | Error::InvalidArgument { .. }) => {}
             Err(other) => prop_assert!(false, "unexpected error kind: {other}"),
+        }
+    }
+
+    #[test]
+    fn encoder_matrices_read_by_hand_are_exact((body, rows) in encoder_answer_text()) {
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let (_, matrix) = read_fast(&body, None).ok_or_else(|| TestCaseError::fail(format!("fast path declined {text}")))?;
+        prop_assert_eq!((matrix.rows, matrix.cols), (rows.len(), rows[0].len()));
+        let expected: Vec<u32> = rows.iter().flatten().map(|f| f.to_bits()).collect();
+        let got: Vec<u32> = matrix.data.iter().map(|f| f.to_bits()).collect();
+        prop_assert_eq!(got, expected, "{}", text);
+    }
+
+    #[test]
+    fn encoder_matrices_read_by_hand_agree_with_serde(body in prop_oneof![encoder_answer(), body(), encoder_answer_text().prop_map(|(b, _)| b)]) {
+        // Whatever the hand-read path accepts, serde_json accepts too, with the same shape and
+        // values (the float64 route may round a last float32 bit differently).
+        if let Some((parsed, matrix)) = read_fast(&body, None) {
+            let full: EncoderResponse = serde_json::from_slice(&body).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let by_serde = full.response.ok_or_else(|| TestCaseError::fail("no response"))?.response;
+            prop_assert_eq!((matrix.rows, matrix.cols), (by_serde.rows, by_serde.cols));
+            for (a, b) in matrix.data.iter().zip(&by_serde.data) {
+                prop_assert!(a == b || (a.to_bits() as i64 - b.to_bits() as i64).abs() <= 1, "{a} vs {b}");
+            }
+            prop_assert_eq!(parsed.status, full.status);
+            prop_assert_eq!(parsed.query_id, full.query_id);
         }
     }
 

@@ -314,14 +314,16 @@ impl CoreClient {
         guard("embed", || {
             let model = text(py, model, "model")?;
             let build = || -> Result<(Bytes, usize), Error> {
-                let channels = super::numeric::channels_json(data, "data")?;
-                let count = channels.channels;
-                let event = Bytes::from(channels.json);
                 let mut map = fields_map(fields)?;
                 if normalize_input {
                     map.insert("normalize_input".into(), Value::Bool(true));
                 }
-                Ok((query::build_request(&model, "", map, Some(vec![event]))?, count))
+                // The event is written straight into the body (no second copy of 160 kB for an
+                // (8, 1024) float64 window).
+                let template = embed_many::BodyTemplate::with_fields(&model, map)?;
+                let wrap = super::numeric::Wrap { head: template.head(), tail: template.tail() };
+                let body = super::numeric::channels_json_within(data, "data", wrap)?;
+                Ok((Bytes::from(body.json), body.channels))
             };
             let (body, channels) = build().map_err(|e| to_pyerr(py, e))?;
             let transport = self.transport();

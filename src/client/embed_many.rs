@@ -52,6 +52,12 @@ impl BodyTemplate {
         if let Some(normalize) = normalize_input {
             fields.insert("normalize_input".into(), Value::Bool(normalize));
         }
+        Self::with_fields(model, fields)
+    }
+
+    /// A template for bodies with any `/query` fields besides the event (checked as
+    /// `build_request` checks them).
+    pub fn with_fields(model: &str, fields: Map<String, Value>) -> Result<Self, Error> {
         let empty = build_request(model, "", fields, Some(Vec::new()))?;
         // `{..., "events":[]}`: keep everything up to the opening bracket.
         let prefix = empty.slice(..empty.len() - BODY_SUFFIX.len());

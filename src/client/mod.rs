@@ -15,6 +15,7 @@ pub use config::ClientConfig;
 pub use error::{ApiError, Error};
 pub use transport::{Call, RequestBody, Transport};
 
+pub mod embedding_text;
 pub mod endpoint;
 pub mod files;
 pub mod pagination;

@@ -6,6 +6,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::embedding_text;
 use super::error::Error;
 use super::transport::{decode_json, Call, Transport};
 use crate::wire::files::QUERY_FILE_EXTENSIONS;
@@ -396,11 +397,17 @@ pub fn parse_embeddings(
     raw: &[u8],
     expected_rows: Option<usize>,
 ) -> Result<(EmbeddingMatrix, Vec<String>, Option<String>), Error> {
-    let parsed: EncoderResponse = match decode_json("/query", raw) {
-        Ok(parsed) => parsed,
-        // A failed query may carry anything as its payload; its status decides.
-        Err(err) => return Err(failed_query(raw).or_else(|| explain_non_embedding(raw)).unwrap_or(err)),
+    let (mut parsed, cut_out) = match read_fast(raw, expected_rows) {
+        Some((parsed, matrix)) => (parsed, Some(matrix)),
+        None => match decode_json::<EncoderResponse>("/query", raw) {
+            Ok(parsed) => (parsed, None),
+            // A failed query may carry anything as its payload; its status decides.
+            Err(err) => return Err(failed_query(raw).or_else(|| explain_non_embedding(raw)).unwrap_or(err)),
+        },
     };
+    if let (Some(payload), Some(matrix)) = (parsed.response.as_mut(), cut_out) {
+        payload.response = matrix;
+    }
     if parsed.status.as_deref() == Some("failed") {
         return Err(Error::QueryFailed {
             query_id: parsed.query_id.unwrap_or_default(),
@@ -427,6 +434,15 @@ pub fn parse_embeddings(
     let mut warnings = payload.warning_messages;
     warnings.extend(parsed.error_messages.into_iter().flatten());
     Ok((payload.response, warnings, parsed.query_id))
+}
+
+/// The answer read with its matrix parsed by hand ([`embedding_text`]) and the rest by serde:
+/// `None` unless both succeed and the rest holds the `[]` left in the matrix's place there.
+pub(crate) fn read_fast(raw: &[u8], expected_rows: Option<usize>) -> Option<(EncoderResponse, EmbeddingMatrix)> {
+    let (matrix, rest) = embedding_text::split_matrix(raw, expected_rows)?;
+    let parsed: EncoderResponse = serde_json::from_slice(&rest).ok()?;
+    let placeholder = &parsed.response.as_ref()?.response;
+    (placeholder.rows == 0 && placeholder.data.is_empty()).then_some((parsed, matrix))
 }
 
 fn failed_query(raw: &[u8]) -> Option<Error> {
