@@ -464,6 +464,10 @@ def main() -> None:
     parser.add_argument("--no-sweep", action="store_true", help="skip the concurrency sweep")
     parser.add_argument("--download-4g", action="store_true",
                         help="also time downloads of the 4 GiB file (slow against this emulator: minutes)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="upload rounds per size (default 3, or 2 with --quick and for 4 GiB); the page cache's "
+                             "writeback makes single rounds vary by 2x on a small VM")
+    parser.add_argument("--no-download", action="store_true", help="skip the download cases")
     parser.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()),
                         help="where the data files and the emulators' storage go (default: /tmp)")
     parser.add_argument("--out", type=Path, default=HERE / "results")
@@ -509,7 +513,7 @@ def main() -> None:
         report["curl_baseline_rss_kb"] = bench.curl_base_kb
 
         for label, size in sizes:
-            rounds = (2 if args.quick else 3) if size <= GIB else 2
+            rounds = args.rounds or ((2 if args.quick else 3) if size <= GIB else 2)
             print(f"[{time.perf_counter() - started:6.1f}s] {label}: writing the data file ...", file=sys.stderr,
                   flush=True)
             data = workdir / f"data-{size // MIB}MiB.bin"
@@ -529,7 +533,7 @@ def main() -> None:
             sec: dict[str, Any] = {"rounds": rounds, "bytes": size}
             sec["upload"] = run_group(bench, upload_cases, rounds, f"{label} upload")
 
-            if size > GIB and not args.download_4g:
+            if args.no_download or (size > GIB and not args.download_4g):
                 report["sizes"][label] = sec
                 data.unlink()
                 continue

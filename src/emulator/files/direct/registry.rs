@@ -41,10 +41,10 @@ pub(crate) struct Upload {
     pub file_uid: String,
     pub layout: Layout,
     data_path: PathBuf,
-    /// Taken by a PUT around each write into `data_path`: parallel PUTs into one file
-    /// otherwise contend for the file's lock in the kernel, which spins (on 2 cores, three
-    /// parts in parallel cost the server 2-3x the CPU of one stream); this lock parks them.
-    write_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Held by a PUT's blocking writer for each write into `data_path`: parallel PUTs into one
+    /// file otherwise contend for the file's lock in the kernel, which spins (on 2 cores,
+    /// three parts in parallel cost the server 2-3x the CPU of one stream); this lock parks them.
+    write_lock: Arc<parking_lot::Mutex<()>>,
     /// Index `n - 1` is part `n`.
     parts: Vec<PartState>,
     stage: Stage,
@@ -59,7 +59,7 @@ pub(crate) struct PartWrite {
     pub len: u64,
     pub generation: u64,
     /// The upload's write lock (`Upload::write_lock`).
-    pub write_lock: Arc<tokio::sync::Mutex<()>>,
+    pub write_lock: Arc<parking_lot::Mutex<()>>,
 }
 
 /// Tokens compare without the quotes an `ETag` header carries; clients send either form.
