@@ -69,6 +69,17 @@ impl QueryInput {
             + texts
     }
 
+    /// The numeric events' contents, moved out (the events keep empty channel lists).
+    pub fn take_numeric_events(&mut self) -> Vec<Vec<Vec<f64>>> {
+        self.events
+            .iter_mut()
+            .filter_map(|e| match e {
+                InputEvent::Numeric(c) => Some(std::mem::take(c)),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn numeric_events(&self) -> Vec<&Vec<Vec<f64>>> {
         self.events
             .iter()
