@@ -3,6 +3,7 @@
 
 pub mod errors;
 pub mod files;
+pub mod json_matrix;
 pub mod models;
 pub mod query;
 pub mod page;
