@@ -238,6 +238,13 @@ unsafe fn copy_ends<const N: usize>(src: *const u8, dst: *mut u8, len: usize) {
     std::ptr::copy_nonoverlapping(src.add(len - N), dst.add(len - N), N);
 }
 
+/// The embedding matrix as a (rows, cols) float32 array that owns the parsed buffer.
+pub fn embeddings_array<'py>(py: Python<'py>, m: EmbeddingMatrix) -> PyResult<Bound<'py, PyArray2<f32>>> {
+    let array = Array2::from_shape_vec((m.rows, m.cols), m.data)
+        .map_err(|e| super::errors::internal_error("building the embeddings array", &e.to_string()))?;
+    Ok(PyArray2::from_owned_array(py, array))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,11 +278,3 @@ mod tests {
         assert!(!write_f32(&mut out, f32::NAN));
     }
 }
-
-/// The embedding matrix as a (rows, cols) float32 array that owns the parsed buffer.
-pub fn embeddings_array<'py>(py: Python<'py>, m: EmbeddingMatrix) -> PyResult<Bound<'py, PyArray2<f32>>> {
-    let array = Array2::from_shape_vec((m.rows, m.cols), m.data)
-        .map_err(|e| super::errors::internal_error("building the embeddings array", &e.to_string()))?;
-    Ok(PyArray2::from_owned_array(py, array))
-}
-

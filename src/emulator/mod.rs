@@ -204,3 +204,17 @@ mod tests;
 pub(crate) fn fuzz_parse_query(raw: &[u8]) -> bool {
     query::validate::parse(raw, &catalogue::Catalogue::default()).is_ok()
 }
+
+/// The parser's answer both ways: with numeric contents read ahead (the default) and the plain
+/// serde_json read, each as the error code or the numeric events, for `crate::fuzz`.
+#[cfg(test)]
+pub(crate) type ParsedBothWays = (Result<Vec<Vec<Vec<f64>>>, String>, Result<Vec<Vec<Vec<f64>>>, String>);
+
+#[cfg(test)]
+pub(crate) fn fuzz_parse_query_both_ways(raw: &[u8]) -> ParsedBothWays {
+    let catalogue = catalogue::Catalogue::default();
+    let numeric = |parsed: Result<query::validate::QueryInput, api_error::ApiError>| {
+        parsed.map(|input| input.numeric_events().into_iter().cloned().collect()).map_err(|e| e.code)
+    };
+    (numeric(query::validate::parse(raw, &catalogue)), numeric(query::validate::parse_plain(raw, &catalogue)))
+}
