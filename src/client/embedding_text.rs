@@ -15,7 +15,10 @@ use crate::wire::json_matrix::{member_value, parse_matrix, skip_ws, with_placeho
 /// buffer (the number of channels sent, when known).
 pub fn split_matrix(text: &[u8], rows_hint: Option<usize>) -> Option<(EmbeddingMatrix, Vec<u8>)> {
     let start = locate_matrix(text)?;
-    let (m, end) = parse_matrix::<f32>(text, start, rows_hint.unwrap_or(1) * EMBEDDING_DIM)?;
+    // Each number takes at least two bytes of text (a digit and a comma): the hint never
+    // reserves more than the answer could hold.
+    let capacity = rows_hint.unwrap_or(1).saturating_mul(EMBEDDING_DIM).min(text.len() / 2);
+    let (m, end) = parse_matrix::<f32>(text, start, capacity)?;
     let matrix = EmbeddingMatrix { rows: m.rows, cols: m.cols, data: m.data };
     Some((matrix, with_placeholders(text, &[(start, end)])))
 }
