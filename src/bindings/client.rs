@@ -320,10 +320,8 @@ impl CoreClient {
                 }
                 // The event is written straight into the body (no second copy of 160 kB for an
                 // (8, 1024) float64 window).
-                let template = embed_many::BodyTemplate::with_fields(&model, map)?;
-                let wrap = super::numeric::Wrap { head: template.head(), tail: template.tail() };
-                let body = super::numeric::channels_json_within(data, "data", wrap)?;
-                Ok((Bytes::from(body.json), body.channels))
+                let template = query::BodyTemplate::with_fields(&model, map)?;
+                super::numeric::request_body(data, "data", &template)
             };
             let (body, channels) = build().map_err(|e| to_pyerr(py, e))?;
             let transport = self.transport();
@@ -359,7 +357,7 @@ impl CoreClient {
                         ))
                     }
                 };
-                let template = embed_many::BodyTemplate::new(&model, normalize_input)?;
+                let template = query::BodyTemplate::new(&model, normalize_input)?;
                 Ok(EmbedBatch::new(embed_many::Batch::new(self.transport(), concurrency), template, per_channel))
             };
             build().map_err(|e| to_pyerr(py, e))

@@ -6,15 +6,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use numpy::ndarray::Array3;
 use numpy::{PyArray3, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use super::errors::{guard, internal_error, to_pyerr};
-use super::numeric::{channels_json_within, Wrap};
+use super::numeric::request_body;
 use super::runtime;
-use crate::client::embed_many::{Batch, BodyTemplate, PreparedWindow};
+use crate::client::embed_many::{Batch, PreparedWindow};
+use crate::client::query::BodyTemplate;
 use crate::client::query::EMBEDDING_DIM;
 use crate::client::Error;
 
@@ -33,17 +33,10 @@ impl EmbedBatch {
         EmbedBatch { batch, template, per_channel }
     }
 
-    /// One request body: `window` (channels, window) or (window,) as the request's one event.
-    fn body(&self, window: &Bound<'_, PyAny>, arg: &str) -> Result<(Bytes, usize), Error> {
-        let wrap = Wrap { head: self.template.head(), tail: self.template.tail() };
-        let written = channels_json_within(window, arg, wrap)?;
-        Ok((Bytes::from(written.json), written.channels))
-    }
-
     /// One window's request bodies: the whole (channels, window) event, or one event per channel.
     fn prepare(&self, window: &Bound<'_, PyAny>, arg: &str) -> Result<PreparedWindow, Error> {
         if !self.per_channel {
-            let (body, channels) = self.body(window, arg)?;
+            let (body, channels) = request_body(window, arg, &self.template)?;
             return Ok(PreparedWindow { channels, bodies: vec![body] });
         }
         let array = window
@@ -51,14 +44,14 @@ impl EmbedBatch {
             .map_err(|_| Error::invalid_argument(arg, "must be a numpy array"))?;
         if array.ndim() != 2 {
             // 1-D is one channel; anything else gets channels_json's own message.
-            let (body, channels) = self.body(window, arg)?;
+            let (body, channels) = request_body(window, arg, &self.template)?;
             return Ok(PreparedWindow { channels, bodies: vec![body] });
         }
         let channels = array.shape()[0];
         let mut bodies = Vec::with_capacity(channels);
         for c in 0..channels {
             let row = window.get_item(c).map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
-            bodies.push(self.body(&row, arg)?.0);
+            bodies.push(request_body(&row, arg, &self.template)?.0);
         }
         if bodies.is_empty() {
             return Err(Error::invalid_argument(arg, "has no channels"));

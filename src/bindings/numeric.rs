@@ -8,7 +8,9 @@ use numpy::{
 };
 use pyo3::prelude::*;
 
-use crate::client::query::EmbeddingMatrix;
+use bytes::Bytes;
+
+use crate::client::query::{BodyTemplate, EmbeddingMatrix};
 use crate::client::Error;
 
 /// A numeric window serialised as a whole `data.numeric_array` event:
@@ -31,13 +33,21 @@ pub fn channels_json(obj: &Bound<'_, PyAny>, arg: &str) -> Result<ChannelsJson, 
 /// Bytes written before and after the event, in the same buffer: a request body around its one
 /// event costs no second copy of the event (20 kB for a 1024-point float64 channel).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Wrap<'a> {
-    pub head: &'a [u8],
-    pub tail: &'a [u8],
+struct Wrap<'a> {
+    head: &'a [u8],
+    tail: &'a [u8],
+}
+
+/// A whole encoder request around the window as its one event, written in one buffer; and how
+/// many channels the window has.
+pub fn request_body(obj: &Bound<'_, PyAny>, arg: &str, template: &BodyTemplate) -> Result<(Bytes, usize), Error> {
+    let wrap = Wrap { head: template.head(), tail: template.tail() };
+    let written = channels_json_within(obj, arg, wrap)?;
+    Ok((Bytes::from(written.json), written.channels))
 }
 
 /// [`channels_json`] with `wrap.head` before the event and `wrap.tail` after it.
-pub fn channels_json_within(obj: &Bound<'_, PyAny>, arg: &str, wrap: Wrap<'_>) -> Result<ChannelsJson, Error> {
+fn channels_json_within(obj: &Bound<'_, PyAny>, arg: &str, wrap: Wrap<'_>) -> Result<ChannelsJson, Error> {
     let array = obj
         .cast::<PyUntypedArray>()
         .map_err(|_| Error::invalid_argument(arg, "must be a numpy array"))?;

@@ -13,13 +13,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use serde_json::{Map, Value};
 use tokio::sync::{watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::error::Error;
 use super::pacing::Pacer;
-use super::query::{build_request, parse_embeddings, EMBEDDING_DIM};
+use super::query::{parse_embeddings, EMBEDDING_DIM};
 use super::transport::{Call, Transport};
 
 /// Requests in flight when the caller does not say. Chosen from two sweeps of
@@ -35,46 +34,6 @@ use super::transport::{Call, Transport};
 /// windows kept ready (2 x this many requests) cost about 20 kB each.
 pub const DEFAULT_CONCURRENCY: usize = 64;
 pub const MAX_CONCURRENCY: usize = 1024;
-
-/// The JSON of an encoder request around its one numeric event, built once per batch: every
-/// request is `prefix + event + "]}"`, written by the bindings in one buffer.
-#[derive(Debug, Clone)]
-pub struct BodyTemplate {
-    prefix: Bytes,
-}
-
-const BODY_SUFFIX: &[u8] = b"]}";
-
-impl BodyTemplate {
-    /// Checks the model and options as `embed` does.
-    pub fn new(model: &str, normalize_input: Option<bool>) -> Result<Self, Error> {
-        let mut fields = Map::new();
-        if let Some(normalize) = normalize_input {
-            fields.insert("normalize_input".into(), Value::Bool(normalize));
-        }
-        Self::with_fields(model, fields)
-    }
-
-    /// A template for bodies with any `/query` fields besides the event (checked as
-    /// `build_request` checks them).
-    pub fn with_fields(model: &str, fields: Map<String, Value>) -> Result<Self, Error> {
-        let empty = build_request(model, "", fields, Some(Vec::new()))?;
-        // `{..., "events":[]}`: keep everything up to the opening bracket.
-        let prefix = empty.slice(..empty.len() - BODY_SUFFIX.len());
-        Ok(BodyTemplate { prefix })
-    }
-
-    /// What goes before the event: the writer builds each body in one buffer,
-    /// `head + event + tail`.
-    pub fn head(&self) -> &[u8] {
-        &self.prefix
-    }
-
-    /// What goes after the event.
-    pub fn tail(&self) -> &'static [u8] {
-        BODY_SUFFIX
-    }
-}
 
 /// One window ready to send: one body holding every channel, or one body per channel.
 #[derive(Debug)]
@@ -271,24 +230,5 @@ impl Batch {
 impl Drop for Batch {
     fn drop(&mut self) {
         self.cancel.cancel();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn body_template_wraps_one_event() {
-        let t = BodyTemplate::new("Encoder::x", Some(true)).unwrap();
-        let body = [t.head(), br#"{"type":"data.numeric_array","event_data":{"contents":[[1,2]]}}"#, t.tail()].concat();
-        let v: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(v["model"], "Encoder::x");
-        assert_eq!(v["normalize_input"], true);
-        assert_eq!(v["events"][0]["event_data"]["contents"][0][1], 2);
-        let plain = BodyTemplate::new("E::x", None).unwrap();
-        let plain: Value = serde_json::from_slice(&[plain.head(), b"{}", plain.tail()].concat()).unwrap();
-        assert!(plain.get("normalize_input").is_none());
-        assert!(BodyTemplate::new("  ", None).is_err());
     }
 }
