@@ -168,6 +168,52 @@ fn numeric_query_body() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
+/// Number tokens of the shape `json_matrix::plain_decimal` reads: random digits, and decimals
+/// at, just above and just below a point halfway between two float32s (where rounding through
+/// float64 first would go wrong if unchecked), each followed by a delimiter.
+fn plain_decimal_token() -> impl Strategy<Value = String> {
+    let random = (any::<bool>(), prop_oneof![Just(String::from("0")), "[1-9][0-9]{0,7}"], proptest::option::of("[0-9]{1,20}"))
+        .prop_map(|(negative, whole, fraction)| {
+            let sign = if negative { "-" } else { "" };
+            match fraction {
+                Some(fraction) => format!("{sign}{whole}.{fraction}"),
+                None => format!("{sign}{whole}"),
+            }
+        });
+    let halfway = (any::<u32>(), -10i32..40, 0usize..5).prop_map(|(bits, exponent, nudge)| {
+        let low = f32::from_bits(((exponent + 127) as u32) << 23 | (bits & 0x7F_FFFF));
+        let high = f32::from_bits(low.to_bits() + 1);
+        let middle = (f64::from(low) + f64::from(high)) / 2.0; // exact: 25 significant bits
+        let exact = format!("{middle:.30}");
+        let exact = exact.trim_end_matches('0');
+        let exact = exact.strip_suffix('.').map(|whole| format!("{whole}.0")).unwrap_or_else(|| exact.to_string());
+        // Nudged by one unit in the 19th digit: closer than float64 can resolve.
+        let room = 19usize.saturating_sub(exact.bytes().filter(u8::is_ascii_digit).count());
+        let whole_digits = format!("{}", middle.trunc()).len();
+        match nudge {
+            0 => exact,
+            // The nearest 16 and 15 significant digits: float64 often rounds these onto the
+            // halfway point itself, though they are not on it.
+            3 => format!("{middle:.*}", 16usize.saturating_sub(whole_digits)),
+            4 => format!("{middle:.*}", 15usize.saturating_sub(whole_digits)),
+            1 if room > 0 => format!("{exact}{}1", "0".repeat(room - 1)), // just above
+            _ => {
+                // Just below: the last digit lowered, then nines.
+                let mut digits = exact.into_bytes();
+                let last = digits.len() - 1;
+                if digits[last] > b'0' {
+                    digits[last] -= 1;
+                }
+                format!("{}{}", String::from_utf8_lossy(&digits), "9".repeat(room))
+            }
+        }
+    });
+    // The fast path needs 16 bytes after a decimal point; the text near its end goes elsewhere.
+    let rest = proptest::sample::select(vec!["", ",0.5,0.25,0.125,1]", "               "]);
+    (prop_oneof![random, halfway], proptest::sample::select(vec![",", "]", " ", "e5", "0", ".", ""]), rest)
+        .prop_map(|(number, after, rest)| format!("{number}{after}{rest}"))
+}
+
 fn api_error(body: &[u8]) -> ApiError {
     let raw = String::from_utf8_lossy(body).into_owned();
     ApiError::from_body(400, "GET", "http://h/v0.5/x", raw, None)
@@ -244,6 +290,19 @@ proptest! {
             }
             prop_assert_eq!(parsed.status, full.status);
             prop_assert_eq!(parsed.query_id, full.query_id);
+        }
+    }
+
+    #[test]
+    fn plain_decimals_read_exactly_as_fast_float2_reads_them(token in plain_decimal_token()) {
+        use crate::wire::json_matrix::plain_decimal;
+        if let Some((value, len)) = plain_decimal::<f32>(token.as_bytes()) {
+            let (expected, expected_len) = fast_float2::parse_partial::<f32, _>(&token).map_err(|_| TestCaseError::fail(token.clone()))?;
+            prop_assert_eq!((value.to_bits(), len), (expected.to_bits(), expected_len), "{}", token);
+        }
+        if let Some((value, len)) = plain_decimal::<f64>(token.as_bytes()) {
+            let (expected, expected_len) = fast_float2::parse_partial::<f64, _>(&token).map_err(|_| TestCaseError::fail(token.clone()))?;
+            prop_assert_eq!((value.to_bits(), len), (expected.to_bits(), expected_len), "{}", token);
         }
     }
 
