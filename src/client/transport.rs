@@ -125,7 +125,7 @@ impl Transport {
         loop {
             attempt += 1;
             if let Some(pacer) = pacer {
-                pacer.admit().await;
+                pacer.admit(attempt > 1).await;
             }
             log::debug!("{} {} attempt {}", call.method, call.url, attempt);
             let outcome = match self.send_once(call, attempt).await {
