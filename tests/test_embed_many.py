@@ -178,12 +178,15 @@ def test_bad_model_is_named(emu, client_kind):
     assert calls(emu, "/query") == []
 
 
-def test_a_nan_in_an_iterated_window_names_it(emu, client_kind):
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_a_nan_in_an_iterated_window_names_it(emu, client_kind, per_channel):
     bad = WINDOWS[:3].copy()
     bad[2, 1, 5] = np.nan
     with pytest.raises(InvalidArgumentError) as info:
-        run_on(client_kind, lambda c: c.embed_many(ENCODER, iter(list(bad))), **options(emu))
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, iter(list(bad)), per_channel=per_channel), **options(emu))
     assert info.value.argument == "windows[2]" and "NaN" in str(info.value)
+    # Where in the window, whether the channels go in one request or one each.
+    assert "channel 1, index 5" in str(info.value)
 
 
 def test_ctrl_c_stops_the_whole_batch(emu):

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use numpy::ndarray::Array3;
-use numpy::{PyArray3, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::PyArray3;
 use pyo3::prelude::*;
 
 use super::errors::{guard, internal_error, to_pyerr};
-use super::numeric::request_body;
+use super::numeric::request_bodies;
 use super::runtime;
 use crate::client::embed_many::{Batch, PreparedWindow};
 use crate::client::query::BodyTemplate;
@@ -35,27 +35,7 @@ impl EmbedBatch {
 
     /// One window's request bodies: the whole (channels, window) event, or one event per channel.
     fn prepare(&self, window: &Bound<'_, PyAny>, arg: &str) -> Result<PreparedWindow, Error> {
-        if !self.per_channel {
-            let (body, channels) = request_body(window, arg, &self.template)?;
-            return Ok(PreparedWindow { channels, bodies: vec![body] });
-        }
-        let array = window
-            .cast::<PyUntypedArray>()
-            .map_err(|_| Error::invalid_argument(arg, "must be a numpy array"))?;
-        if array.ndim() != 2 {
-            // 1-D is one channel; anything else gets channels_json's own message.
-            let (body, channels) = request_body(window, arg, &self.template)?;
-            return Ok(PreparedWindow { channels, bodies: vec![body] });
-        }
-        let channels = array.shape()[0];
-        let mut bodies = Vec::with_capacity(channels);
-        for c in 0..channels {
-            let row = window.get_item(c).map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
-            bodies.push(request_body(&row, arg, &self.template)?.0);
-        }
-        if bodies.is_empty() {
-            return Err(Error::invalid_argument(arg, "has no channels"));
-        }
+        let (bodies, channels) = request_bodies(window, arg, &self.template, self.per_channel)?;
         Ok(PreparedWindow { channels, bodies })
     }
 }

@@ -1,7 +1,7 @@
 //! numpy at the boundary: a channel-first window written straight into JSON numbers (no
 //! Python float per element), and embeddings read into a float32 array built in Rust.
 
-use numpy::ndarray::{Array2, ArrayView2, Axis, Ix2};
+use numpy::ndarray::{s, Array2, ArrayView2, Axis, Ix2};
 use numpy::{
     dtype, PyArray2, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
     PyUntypedArrayMethods,
@@ -27,7 +27,17 @@ const EVENT_SUFFIX: &[u8] = b"}}";
 /// Serialises a numpy array shaped (channels, window) or (window,), of any real dtype and any
 /// memory layout, into one buffer holding the whole event. `arg` names the argument in errors.
 pub fn channels_json(obj: &Bound<'_, PyAny>, arg: &str) -> Result<ChannelsJson, Error> {
-    channels_json_within(obj, arg, Wrap::default())
+    let mut written = written(obj, arg, Wrap::default(), false)?;
+    let json = written.bodies.pop().unwrap_or_default();
+    Ok(ChannelsJson { json, channels: written.channels, window: written.window })
+}
+
+/// A window written as one buffer, or as one per channel (each a window of that channel
+/// alone).
+struct Written {
+    bodies: Vec<Vec<u8>>,
+    channels: usize,
+    window: usize,
 }
 
 /// Bytes written before and after the event, in the same buffer: a request body around its one
@@ -41,35 +51,51 @@ struct Wrap<'a> {
 /// A whole encoder request around the window as its one event, written in one buffer; and how
 /// many channels the window has.
 pub fn request_body(obj: &Bound<'_, PyAny>, arg: &str, template: &BodyTemplate) -> Result<(Bytes, usize), Error> {
-    let wrap = Wrap { head: template.head(), tail: template.tail() };
-    let written = channels_json_within(obj, arg, wrap)?;
-    Ok((Bytes::from(written.json), written.channels))
+    let (mut bodies, channels) = request_bodies(obj, arg, template, false)?;
+    Ok((bodies.pop().unwrap_or_default(), channels))
 }
 
-/// [`channels_json`] with `wrap.head` before the event and `wrap.tail` after it.
-fn channels_json_within(obj: &Bound<'_, PyAny>, arg: &str, wrap: Wrap<'_>) -> Result<ChannelsJson, Error> {
+/// [`request_body`], or with `per_channel` one request body per channel of the window (a 1-D
+/// window is one channel); and how many channels the window has. The array is checked and
+/// borrowed once for all its channels, rather than indexed from Python per channel.
+pub fn request_bodies(
+    obj: &Bound<'_, PyAny>,
+    arg: &str,
+    template: &BodyTemplate,
+    per_channel: bool,
+) -> Result<(Vec<Bytes>, usize), Error> {
+    let wrap = Wrap { head: template.head(), tail: template.tail() };
+    let written = written(obj, arg, wrap, per_channel)?;
+    Ok((written.bodies.into_iter().map(Bytes::from).collect(), written.channels))
+}
+
+/// The event of `obj` with `wrap.head` before it and `wrap.tail` after it: in one buffer, or
+/// with `per_channel` in one buffer per channel.
+fn written(obj: &Bound<'_, PyAny>, arg: &str, wrap: Wrap<'_>, per_channel: bool) -> Result<Written, Error> {
     let array = obj
         .cast::<PyUntypedArray>()
         .map_err(|_| Error::invalid_argument(arg, "must be a numpy array"))?;
-    let shape = array.shape().to_vec();
-    let shape_text = format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "));
+    let shape = array.shape();
+    // Only for error messages: formatting it on every call cost more than the checks.
+    let shape_text = || format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "));
     if !(1..=2).contains(&shape.len()) {
         return Err(Error::invalid_argument(
             arg,
             format!(
-                "must be shaped (channels, window) or (window,); got a {}-D array of shape {shape_text}",
-                shape.len()
+                "must be shaped (channels, window) or (window,); got a {}-D array of shape {}",
+                shape.len(),
+                shape_text()
             ),
         ));
     }
     if shape.contains(&0) {
-        return Err(Error::invalid_argument(arg, format!("is empty (shape {shape_text}); a window needs at least one value per channel")));
+        return Err(Error::invalid_argument(arg, format!("is empty (shape {}); a window needs at least one value per channel", shape_text())));
     }
     if !is_aligned(array) {
         // Arrays rebuilt from a byte buffer (pickle protocol 5, Dask's transfer between workers)
         // may start at an odd address; numpy's copy is aligned, and reading it is what is safe.
         let copy = obj.call_method0("copy").map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
-        return channels_json_within(&copy, arg, wrap);
+        return written(&copy, arg, wrap, per_channel);
     }
     let descr = array.dtype();
     let kind = descr.kind();
@@ -80,7 +106,7 @@ fn channels_json_within(obj: &Bound<'_, PyAny>, arg: &str, wrap: Wrap<'_>) -> Re
                 let typed = obj.cast::<PyArrayDyn<$t>>().map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
                 let readonly = typed.try_readonly().map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
                 let view = as_2d(readonly.as_array(), arg)?;
-                return write_channels(view, arg, wrap, $write);
+                return write_view(view, arg, wrap, $write, per_channel);
             }
         };
     }
@@ -92,7 +118,7 @@ fn channels_json_within(obj: &Bound<'_, PyAny>, arg: &str, wrap: Wrap<'_>) -> Re
             let wide = obj
                 .call_method1("astype", ("float64",))
                 .map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
-            channels_json_within(&wide, arg, wrap)
+            written(&wide, arg, wrap, per_channel)
         }
         b'i' | b'u' => {
             try_as!(i64, write_int);
@@ -106,7 +132,7 @@ fn channels_json_within(obj: &Bound<'_, PyAny>, arg: &str, wrap: Wrap<'_>) -> Re
             let wide = obj
                 .call_method1("astype", ("int64",))
                 .map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
-            channels_json_within(&wide, arg, wrap)
+            written(&wide, arg, wrap, per_channel)
         }
         _ => {
             let name = descr.str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into());
@@ -131,12 +157,34 @@ fn as_2d<'a, T>(view: numpy::ndarray::ArrayViewD<'a, T>, arg: &str) -> Result<Ar
         .map_err(|e| Error::invalid_argument(arg, format!("cannot be read as (channels, window): {e}")))
 }
 
-fn write_channels<T: Copy>(
+fn write_view<T: Copy>(
     view: ArrayView2<'_, T>,
     arg: &str,
     wrap: Wrap<'_>,
     write: fn(&mut Vec<u8>, T) -> bool,
-) -> Result<ChannelsJson, Error> {
+    per_channel: bool,
+) -> Result<Written, Error> {
+    let (channels, window) = view.dim();
+    let bodies = if per_channel {
+        (0..channels)
+            .map(|c| write_channels(view.slice(s![c..c + 1, ..]), c, channels, arg, wrap, write))
+            .collect::<Result<_, _>>()?
+    } else {
+        vec![write_channels(view, 0, channels, arg, wrap, write)?]
+    };
+    Ok(Written { bodies, channels, window })
+}
+
+/// Writes the channels of `view`, which are channels `first..` of a window of `of_channels`
+/// (the count error messages go by).
+fn write_channels<T: Copy>(
+    view: ArrayView2<'_, T>,
+    first: usize,
+    of_channels: usize,
+    arg: &str,
+    wrap: Wrap<'_>,
+    write: fn(&mut Vec<u8>, T) -> bool,
+) -> Result<Vec<u8>, Error> {
     let (channels, window) = view.dim();
     // Sized for the longest text of every number plus its comma, and SHORT spare for the last
     // `push_short`, so the buffer never regrows: a regrowth copies everything written so far
@@ -164,7 +212,7 @@ fn write_channels<T: Copy>(
                 out.push(b',');
             }
             if !write(&mut out, *value) {
-                let what = if c == 0 && channels == 1 { format!("index {i}") } else { format!("channel {c}, index {i}") };
+                let what = if of_channels == 1 { format!("index {i}") } else { format!("channel {}, index {i}", first + c) };
                 return Err(Error::invalid_argument(
                     arg,
                     format!("holds a NaN or infinite value at {what}; the platform accepts finite numbers only"),
@@ -176,7 +224,7 @@ fn write_channels<T: Copy>(
     out.push(b']');
     out.extend_from_slice(EVENT_SUFFIX);
     out.extend_from_slice(wrap.tail);
-    Ok(ChannelsJson { json: out, channels, window })
+    Ok(out)
 }
 
 fn write_f64(out: &mut Vec<u8>, v: f64) -> bool {

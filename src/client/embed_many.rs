@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::error::Error;
 use super::pacing::Pacer;
 use super::query::{parse_embeddings, EMBEDDING_DIM};
-use super::transport::{Call, Transport};
+use super::transport::Transport;
 
 /// Requests in flight when the caller does not say. Chosen from two sweeps of
 /// `benchmarks/embed_many.py --windows 200 --sweep 4,8,16,32,64` (800 single-channel requests to
@@ -189,7 +189,7 @@ impl Batch {
             .await
             .map_err(|_| Error::Config("embed_many: the batch was closed".into()))?;
         let transport = &self.transport;
-        let call = Call::post_json(transport.config.url("/query"), body);
+        let call = transport.query_call(body);
         transport
             .execute_paced(
                 &call,

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::embedding_text;
 use super::error::Error;
-use super::transport::{decode_json, Call, Transport};
+use super::transport::{decode_json, Transport};
 use crate::wire::files::QUERY_FILE_EXTENSIONS;
 use crate::wire::models::ModelFamily;
 use crate::wire::query::{field_kind, FieldKind, QueryRequest, QueryResponse, EVENT_TYPES};
@@ -221,7 +221,7 @@ pub fn check_event(index: usize, event: &Value) -> Result<Bytes, Error> {
 /// with `status: "failed"` becomes `Error::QueryFailed`; a 200 without an output in any layout
 /// the platform has used is an `Error::Decode`, never an empty answer.
 pub async fn run(transport: &Transport, body: Bytes) -> Result<(QueryResponse, Vec<String>, Bytes), Error> {
-    let call = Call::post_json(transport.config.url("/query"), body);
+    let call = transport.query_call(body);
     transport
         .execute(&call, |response| async move {
             let url = response.url().to_string();
@@ -422,7 +422,7 @@ pub async fn run_embeddings(
     body: Bytes,
     channels: usize,
 ) -> Result<(EmbeddingMatrix, Vec<String>, Option<String>, Bytes), Error> {
-    let call = Call::post_json(transport.config.url("/query"), body);
+    let call = transport.query_call(body);
     transport
         .execute(&call, |response| async move {
             let raw = transport.body(response).await?;
