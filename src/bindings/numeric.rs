@@ -161,7 +161,7 @@ fn write_view<T: Copy>(
     view: ArrayView2<'_, T>,
     arg: &str,
     wrap: Wrap<'_>,
-    write: fn(&mut Vec<u8>, T) -> bool,
+    write: impl Fn(&mut Vec<u8>, T) -> bool + Copy,
     per_channel: bool,
 ) -> Result<Written, Error> {
     let (channels, window) = view.dim();
@@ -183,7 +183,7 @@ fn write_channels<T: Copy>(
     of_channels: usize,
     arg: &str,
     wrap: Wrap<'_>,
-    write: fn(&mut Vec<u8>, T) -> bool,
+    write: impl Fn(&mut Vec<u8>, T) -> bool + Copy,
 ) -> Result<Vec<u8>, Error> {
     let (channels, window) = view.dim();
     // Sized for the longest text of every number plus its comma, and SHORT spare for the last
