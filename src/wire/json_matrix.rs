@@ -297,7 +297,7 @@ fn numbers<T: Number>(text: &[u8], at: usize, out: &mut Vec<T>) -> Option<usize>
 /// them) a matrix takes 9.8 µs, against 14.5 µs with fast-float2 reading every number.
 /// (Parsing one answer over and over flatters branchy code, since the predictor learns its
 /// 768 numbers: measured that way, the two were 6.5 and 7.5 µs.)
-#[inline]
+#[inline(always)]
 pub(crate) fn plain_decimal<T: Number>(text: &[u8]) -> Option<(T, usize)> {
     let negative = text.first() == Some(&b'-');
     let start = usize::from(negative);
@@ -339,7 +339,7 @@ const POW10_U64: [u64; 17] = [
 
 /// The digits at the start of a 16-byte window: their value and how many (1 to 15), or `None`
 /// when the window starts with no digit or is all digits (perhaps more follow). Branch-free.
-#[inline]
+#[inline(always)]
 fn fraction_digits(window: &[u8]) -> Option<(u64, usize)> {
     let (low, high) = window.split_at(8);
     let low = u64::from_le_bytes(low.try_into().ok()?);
@@ -359,7 +359,7 @@ fn fraction_digits(window: &[u8]) -> Option<(u64, usize)> {
 
 /// Top bit set in each byte of `word` that is not an ASCII digit, and possibly in the bytes
 /// after it (a byte below '0' borrows and one above '9' carries into the next), never before.
-#[inline]
+#[inline(always)]
 fn non_digit_bytes(word: u64) -> u64 {
     (word.wrapping_sub(0x3030_3030_3030_3030) | word.wrapping_add(0x4646_4646_4646_4646)) & 0x8080_8080_8080_8080
 }
@@ -367,7 +367,7 @@ fn non_digit_bytes(word: u64) -> u64 {
 /// The value of the first `count` (0 to 8) bytes of `word`, which are ASCII digits, the first
 /// the most significant; the bytes after them are ignored. The digits are shifted to the top of
 /// the word (zeros before them) and combined in three steps: pairs, fours, the eight.
-#[inline]
+#[inline(always)]
 fn eight_digit_value(word: u64, count: usize) -> u64 {
     // Bytes past `count` may have borrowed from each other; they are shifted out. Shifting in
     // two halves keeps each shift below 64 when `count` is 0.
