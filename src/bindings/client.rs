@@ -99,7 +99,7 @@ impl CoreClient {
         let mut slot = self.transport.lock();
         let generation = runtime::fork_generation();
         if slot.0 != generation {
-            match Transport::new((*slot.1.config).clone()) {
+            match Transport::shared((*slot.1.config).clone(), generation) {
                 Ok(fresh) => *slot = (generation, fresh),
                 Err(err) => log::warn!("could not rebuild the connection pool after fork: {err}"),
             }
@@ -130,7 +130,7 @@ impl CoreClient {
                 let mut config = ClientConfig::resolve(api_key, base_url, env)?;
                 config.set_agents_base(agents_base_url, env)?;
                 apply_options(&mut config, timeout, connect_timeout, read_timeout, max_retries, default_headers)?;
-                Transport::new(config)
+                Transport::shared(config, runtime::fork_generation())
             };
             build().map(CoreClient::new).map_err(|e| to_pyerr(py, e))
         })

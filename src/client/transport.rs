@@ -108,6 +108,37 @@ impl Transport {
         Transport::around(http, config)
     }
 
+    /// A transport on the process's shared HTTP client for its connect timeout, built on first
+    /// use. Building one costs about 2 ms (reqwest reads the system's CA certificates), and a
+    /// client of its own would open its own connections: a script that makes a `Client` per
+    /// batch or per notebook cell paid both every time, where now it finds the connections of
+    /// the last one warm. Sharing is safe because nothing in the pool belongs to a caller (the
+    /// key goes with each request). `generation` is the process's fork generation: after a
+    /// fork the parent's clients are left alone (their connections' tasks ran on threads the
+    /// child does not have) and new ones are built.
+    pub fn shared(config: ClientConfig, generation: u64) -> Result<Self, Error> {
+        static SHARED: parking_lot::Mutex<Option<(u64, Vec<(Duration, reqwest::Client)>)>> =
+            parking_lot::Mutex::new(None);
+        let mut slot = SHARED.lock();
+        if slot.as_ref().is_some_and(|(owner, _)| *owner != generation) {
+            // Dropping them would wake tasks on the parent's runtime, whose threads (and perhaps
+            // the locks they held) did not survive the fork.
+            std::mem::forget(slot.take());
+        }
+        let (_, clients) = slot.get_or_insert_with(|| (generation, Vec::new()));
+        let connect = config.timeouts.connect;
+        let http = match clients.iter().find(|(timeout, _)| *timeout == connect) {
+            Some((_, http)) => http.clone(),
+            None => {
+                let http = build_http_client(&config)?;
+                clients.push((connect, http.clone()));
+                http
+            }
+        };
+        drop(slot);
+        Transport::around(http, config)
+    }
+
     fn around(http: reqwest::Client, config: ClientConfig) -> Result<Self, Error> {
         let query_url = config.url("/query");
         let query_url = reqwest::Url::parse(&query_url)
@@ -564,6 +595,51 @@ mod tests {
         assert_eq!(chunks.len(), 3);
         assert_eq!(chunks.concat(), data[7..data.len() - 3]);
         assert_eq!(counter.load(Ordering::Relaxed), len);
+    }
+
+    #[tokio::test]
+    async fn clients_of_one_process_share_connections_and_a_forked_child_gets_its_own() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // A keep-alive HTTP server that answers `{}` to everything and counts connections.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let (mut buf, mut seen) = (vec![0u8; 8192], Vec::new());
+                    while let Ok(n @ 1..) = socket.read(&mut buf).await {
+                        seen.extend_from_slice(&buf[..n]);
+                        while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                            seen.drain(..end + 4);
+                            let answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+                            if socket.write_all(answer).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        let config =
+            || ClientConfig::resolve(Some("sk-test".into()), Some(format!("http://127.0.0.1:{port}/v0.5")), |_| None).unwrap();
+        let get = |transport: Transport| async move {
+            let call = Call::get(transport.config.url("/models"));
+            transport.json::<serde_json::Value>(&call).await.unwrap();
+            // Time for the connection to go back to the pool, which happens after the answer.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        // A generation of its own, so the shared clients start empty.
+        let generation = u64::MAX - 1;
+        get(Transport::shared(config(), generation).unwrap()).await;
+        get(Transport::shared(config(), generation).unwrap()).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "the second client reuses the first one's connection");
+        get(Transport::new(config()).unwrap()).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "a transport of its own opens its own");
+        get(Transport::shared(config(), generation + 1).unwrap()).await; // as in a forked child
+        assert_eq!(accepted.load(Ordering::SeqCst), 3, "after a fork nothing of the parent's pool is used");
     }
 
     #[tokio::test]
