@@ -207,45 +207,24 @@ fn write_channels<T: Copy>(
             out.push(b',');
         }
         out.push(b'[');
-        // A contiguous row (the usual layout) is walked as a plain slice: ndarray's own iterator
-        // checks on every element whether the view is strided.
-        let written = match row.as_slice() {
-            Some(values) => write_row(&mut out, values.iter().copied(), write),
-            None => write_row(&mut out, row.iter().copied(), write),
-        };
-        if let Err(i) = written {
-            let what = if of_channels == 1 { format!("index {i}") } else { format!("channel {}, index {i}", first + c) };
-            return Err(Error::invalid_argument(
-                arg,
-                format!("holds a NaN or infinite value at {what}; the platform accepts finite numbers only"),
-            ));
+        for (i, value) in row.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            if !write(&mut out, *value) {
+                let what = if of_channels == 1 { format!("index {i}") } else { format!("channel {}, index {i}", first + c) };
+                return Err(Error::invalid_argument(
+                    arg,
+                    format!("holds a NaN or infinite value at {what}; the platform accepts finite numbers only"),
+                ));
+            }
         }
-        // Each number was followed by a comma; the last one becomes the row's `]`.
-        if let Some(last) = out.last_mut() {
-            *last = b']';
-        }
+        out.push(b']');
     }
     out.push(b']');
     out.extend_from_slice(EVENT_SUFFIX);
     out.extend_from_slice(wrap.tail);
     Ok(out)
-}
-
-/// Writes each value followed by a comma (no branch on whether it is the first); the index of
-/// the first value `write` refuses, if any. Rows are never empty (checked before writing).
-#[inline(always)]
-fn write_row<T: Copy>(
-    out: &mut Vec<u8>,
-    values: impl Iterator<Item = T>,
-    write: impl Fn(&mut Vec<u8>, T) -> bool,
-) -> Result<(), usize> {
-    for (i, value) in values.enumerate() {
-        if !write(out, value) {
-            return Err(i);
-        }
-        out.push(b',');
-    }
-    Ok(())
 }
 
 fn write_f64(out: &mut Vec<u8>, v: f64) -> bool {
