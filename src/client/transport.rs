@@ -117,8 +117,9 @@ impl Transport {
     /// fork the parent's clients are left alone (their connections' tasks ran on threads the
     /// child does not have) and new ones are built.
     pub fn shared(config: ClientConfig, generation: u64) -> Result<Self, Error> {
-        static SHARED: parking_lot::Mutex<Option<(u64, Vec<(Duration, reqwest::Client)>)>> =
-            parking_lot::Mutex::new(None);
+        /// The fork generation they belong to, and a client per connect timeout.
+        type Shared = Option<(u64, Vec<(Duration, reqwest::Client)>)>;
+        static SHARED: parking_lot::Mutex<Shared> = parking_lot::Mutex::new(None);
         let mut slot = SHARED.lock();
         if slot.as_ref().is_some_and(|(owner, _)| *owner != generation) {
             // Dropping them would wake tasks on the parent's runtime, whose threads (and perhaps
