@@ -128,16 +128,18 @@ impl Transport {
         }
         let (_, clients) = slot.get_or_insert_with(|| (generation, Vec::new()));
         let connect = config.timeouts.connect;
-        let http = match clients.iter().find(|(timeout, _)| *timeout == connect) {
-            Some((_, http)) => http.clone(),
-            None => {
-                let http = build_http_client(&config)?;
-                clients.push((connect, http.clone()));
-                http
+        match clients.iter().find(|(timeout, _)| *timeout == connect) {
+            Some((_, http)) => {
+                let http = http.clone();
+                drop(slot);
+                Transport::around(http, config)
             }
-        };
-        drop(slot);
-        Transport::around(http, config)
+            None => {
+                let transport = Transport::new(config)?;
+                clients.push((connect, transport.http.clone()));
+                Ok(transport)
+            }
+        }
     }
 
     fn around(http: reqwest::Client, config: ClientConfig) -> Result<Self, Error> {
