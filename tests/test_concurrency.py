@@ -3,6 +3,7 @@ blocking call interrupted by SIGINT."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -37,6 +38,44 @@ def test_one_client_shared_by_eight_threads(emu, client):
         results = list(pool.map(work, range(8)))
     assert all(all(r) for r in results)
     assert len(calls(emu, "/query")) == 8 * 10
+
+
+def _one_call_of_each_kind(client):
+    """A query, an embedding and a JSON endpoint: the three kinds of blocking call that run their
+    requests on the calling thread."""
+    return (
+        client.query(REASONER, "x").status,
+        client.embed(ENCODER, np.ones((1, 16))).vectors.shape,
+        len(list(client.models.list())) > 0,
+    )
+
+
+@pytest.mark.timeout(60)
+def test_calls_after_the_server_closed_idle_connections_succeed_without_retries(emu):
+    """A server restart or a load balancer's idle timeout closes pooled connections between
+    calls. The next call must go out on a new connection, not fail with "connection closed
+    before message completed" (with retries off, nothing would hide it)."""
+    expected = ("completed", (1, 768), True)
+    with emu.client(max_retries=0) as client:
+        for _ in range(6):
+            assert _one_call_of_each_kind(client) == expected
+            emu.close_idle_connections()
+            time.sleep(0.05)  # the FINs reach the client while no call is running
+
+    async def main() -> None:
+        async with emu.async_client(max_retries=0) as aclient:
+            for _ in range(6):
+                got = (
+                    (await aclient.query(REASONER, "x")).status,
+                    (await aclient.embed(ENCODER, np.ones((1, 16)))).vectors.shape,
+                    len([m async for m in aclient.models.list()]) > 0,
+                )
+                assert got == expected
+                emu.close_idle_connections()
+                await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    assert [r.attempt for r in emu.requests] == [1] * len(emu.requests)
 
 
 @pytest.mark.timeout(60)

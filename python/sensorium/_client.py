@@ -258,7 +258,9 @@ class Client(_BaseClient):
         """Releases this client's hold on its connections; later calls raise.
 
         The clients of one process share their connections (a new client to the same server
-        finds them warm); a connection nobody uses is closed after 90 s.
+        finds them warm); a connection nobody uses is closed after 90 s. Blocking calls drive
+        their connections from the calling thread, so theirs are closed when the process's next
+        blocking call starts, once idle that long.
         """
         self._core = ClosedCore()
 

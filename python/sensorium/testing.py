@@ -353,6 +353,18 @@ class Emulator:
         """The next ``times`` queries answer 200 with ``status: "failed"`` and ``error_msg``."""
         self._server.fail_queries(error_msg, times)
 
+    def close_idle_connections(self) -> None:
+        """Close every keep-alive connection that is between requests (a busy one closes after
+        its answer), as a server restart or a load balancer's idle timeout does. The clients'
+        next requests must go out on new connections without an error.
+
+        Example::
+
+            emu.close_idle_connections()
+            client.query(model, "still works")
+        """
+        self._server.close_idle_connections()
+
     def set_query_delay(self, seconds: float) -> None:
         """Simulated worker time of each query (a query waits ``max_wait_time_sec`` at most,
         then gets a 504)."""

@@ -200,8 +200,7 @@ impl CoreClient {
                 Ok(JsonCall { method, surface: Surface::parse(surface)?, path, query, body, page })
             };
             let req = build().map_err(|e| to_pyerr(py, e))?;
-            let transport = self.transport();
-            runtime::run(py, "request", asynchronous, async move {
+            runtime::run_unary(py, "request", asynchronous, self.transport(), |transport| async move {
                 Ok(Outcome(endpoint::call(&transport, &req).await.map(Json)))
             })
         })
@@ -291,8 +290,7 @@ impl CoreClient {
             let model = text(py, model, "model")?;
             let query = text(py, query, "query")?;
             let body = query_body(&model, &query, fields).map_err(|e| to_pyerr(py, e))?;
-            let transport = self.transport();
-            runtime::run(py, "query", asynchronous, async move {
+            runtime::run_unary(py, "query", asynchronous, self.transport(), |transport| async move {
                 let result = query::run(&transport, body)
                     .await
                     .map(|(parsed, texts, raw)| QueryResult::new(parsed, texts, raw));
@@ -324,8 +322,7 @@ impl CoreClient {
                 super::numeric::request_body(data, "data", &template)
             };
             let (body, channels) = build().map_err(|e| to_pyerr(py, e))?;
-            let transport = self.transport();
-            runtime::run(py, "embed", asynchronous, async move {
+            runtime::run_unary(py, "embed", asynchronous, self.transport(), |transport| async move {
                 let result = query::run_embeddings(&transport, body, channels).await.map(
                     |(matrix, warnings, query_id, raw)| EmbeddingsData { matrix, warnings, query_id, raw },
                 );

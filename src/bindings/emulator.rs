@@ -253,6 +253,10 @@ impl EmulatorServer {
         Ok(())
     }
 
+    fn close_idle_connections(&self) {
+        self.emulator.close_idle_connections();
+    }
+
     #[pyo3(signature = (seconds))]
     fn set_query_delay(&self, seconds: f64) -> PyResult<()> {
         self.emulator.set_query_delay(self::seconds(seconds, "seconds")?);

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::collections::HashMap;
@@ -29,37 +29,17 @@ use pyo3_async_runtimes::generic::{self, ContextExt, Runtime};
 use pyo3_async_runtimes::TaskLocals;
 use tokio::runtime::Runtime as TokioRuntime;
 
-use super::errors::{internal_error, panic_detail};
+use super::errors::{internal_error, panic_detail, to_pyerr};
+use crate::client::lanes::{Lane, Lanes};
+use crate::client::Transport;
 
 /// How long a blocking wait sleeps (without the GIL) before checking for signals.
 const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 
 static RUNTIME: Mutex<Option<(u64, Arc<TokioRuntime>)>> = Mutex::new(None);
 
-/// Bumped in the child after every `fork`. Comparing it is a plain atomic load, where the pid
-/// check it replaces was a `getpid` system call on every request.
-static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
-static ATFORK: Once = Once::new();
-
-extern "C" fn after_fork_in_child() {
-    // Async-signal-safe: one atomic add, nothing else.
-    FORK_GENERATION.fetch_add(1, Ordering::SeqCst);
-}
-
-/// Which fork of the process this is: 0 in the process that loaded the module, and different in
-/// every child forked after that. Registers the `pthread_atfork` handler on first use, which is
-/// before any runtime or client exists, so no fork can be missed.
-pub fn fork_generation() -> u64 {
-    ATFORK.call_once(|| {
-        // SAFETY: registers a handler that only touches an atomic. If registration fails
-        // (ENOMEM), fork detection is lost; say so rather than fail every request.
-        let rc = unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
-        if rc != 0 {
-            log::warn!("sensorium: pthread_atfork failed ({rc}); clients must not be used across fork");
-        }
-    });
-    FORK_GENERATION.load(Ordering::Acquire)
-}
+/// Which fork of the process this is (see `crate::client::fork`).
+pub use crate::client::fork::generation as fork_generation;
 
 /// The runtime for this process, created on first use.
 pub fn runtime() -> PyResult<Arc<TokioRuntime>> {
@@ -412,6 +392,83 @@ where
     } else {
         let value = wait_ticking(py, call, fut, tick)?;
         value.into_py_any(py).map(|v| v.into_bound(py))
+    }
+}
+
+/// `run` for a call that is one exchange of requests and answers with nothing spawned (query,
+/// embed, the JSON endpoints). `make` builds the call's future from the transport it must use.
+/// A blocking caller runs it on its own thread, on one of the transport's lanes
+/// (`crate::client::lanes`: one context switch per request instead of three); an async caller
+/// gets an awaitable on the shared runtime, like `run`.
+pub fn run_unary<'py, M, F, T>(
+    py: Python<'py>,
+    call: &'static str,
+    asynchronous: bool,
+    transport: Transport,
+    make: M,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    M: FnOnce(Transport) -> F,
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    // A thread already inside a tokio runtime (Python called back from some other library's
+    // runtime) cannot start another one there; it waits on the shared runtime instead.
+    if asynchronous || tokio::runtime::Handle::try_current().is_ok() {
+        return run(py, call, asynchronous, make(transport));
+    }
+    super::logging::sync_level(py);
+    let lanes = transport.lanes().clone();
+    let lane = Borrowed { lanes: &lanes, lane: Some(lanes.take().map_err(|e| to_pyerr(py, e))?) };
+    let fut = make(transport.on_lane(lane.get()));
+    let value = wait_on_lane(py, call, lane.get(), fut)?;
+    value.into_py_any(py).map(|v| v.into_bound(py))
+}
+
+/// A lane taken for one call, given back however the call ends.
+struct Borrowed<'a> {
+    lanes: &'a Lanes,
+    lane: Option<Lane>,
+}
+
+impl Borrowed<'_> {
+    fn get(&self) -> &Lane {
+        // Only `Drop` takes it out.
+        self.lane.as_ref().unwrap_or_else(|| unreachable!("a borrowed lane is present until given back"))
+    }
+}
+
+impl Drop for Borrowed<'_> {
+    fn drop(&mut self) {
+        if let Some(lane) = self.lane.take() {
+            self.lanes.give_back(lane);
+        }
+    }
+}
+
+/// Drives `fut` on `lane` from this thread with the GIL released, in slices of
+/// `SIGNAL_CHECK_INTERVAL` so Ctrl-C raises `KeyboardInterrupt` promptly (the in-flight request
+/// is dropped).
+fn wait_on_lane<F, T>(py: Python<'_>, call: &'static str, lane: &Lane, fut: F) -> PyResult<T>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let mut fut = Box::pin(contain_panics(call, fut));
+    loop {
+        // The timer is made inside `block_on`: it needs the lane's runtime to be current.
+        let slice = py.detach(|| lane.block_on(async { tokio::time::timeout(SIGNAL_CHECK_INTERVAL, fut.as_mut()).await }));
+        match slice {
+            Ok(result) => return result,
+            Err(_elapsed) => {
+                if let Err(err) = py.check_signals() {
+                    // Dropped where its connections' tasks live.
+                    let _current = lane.enter();
+                    drop(fut);
+                    return Err(err);
+                }
+            }
+        }
     }
 }
 

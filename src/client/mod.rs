@@ -5,6 +5,8 @@ pub mod config;
 pub mod embed_many;
 pub mod error;
 pub mod error_body;
+pub mod fork;
+pub mod lanes;
 pub mod pacing;
 pub mod retry;
 pub mod secret;

@@ -14,6 +14,8 @@ use serde::de::DeserializeOwned;
 
 use super::config::ClientConfig;
 use super::error::{ApiError, Error};
+use super::fork;
+use super::lanes::{Lane, Lanes};
 use super::pacing::Pacer;
 use super::retry::parse_retry_after;
 
@@ -94,6 +96,8 @@ pub struct Transport {
     /// when a call needs it).
     query_url: reqwest::Url,
     authorization: Option<HeaderValue>,
+    /// Where blocking calls run their requests on the calling thread; shared like `http`.
+    lanes: Arc<Lanes>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -104,8 +108,9 @@ impl std::fmt::Debug for Transport {
 
 impl Transport {
     pub fn new(config: ClientConfig) -> Result<Self, Error> {
-        let http = build_http_client(&config)?;
-        Transport::around(http, config)
+        let http = build_http_client(config.timeouts.connect)?;
+        let lanes = Arc::new(Lanes::new(config.timeouts.connect, fork::generation()));
+        Transport::around(http, lanes, config)
     }
 
     /// A transport on the process's shared HTTP client for its connect timeout, built on first
@@ -117,8 +122,8 @@ impl Transport {
     /// fork the parent's clients are left alone (their connections' tasks ran on threads the
     /// child does not have) and new ones are built.
     pub fn shared(config: ClientConfig, generation: u64) -> Result<Self, Error> {
-        /// The fork generation they belong to, and a client per connect timeout.
-        type Shared = Option<(u64, Vec<(Duration, reqwest::Client)>)>;
+        /// The fork generation they belong to, and a client (with its lanes) per connect timeout.
+        type Shared = Option<(u64, Vec<(Duration, reqwest::Client, Arc<Lanes>)>)>;
         static SHARED: parking_lot::Mutex<Shared> = parking_lot::Mutex::new(None);
         let mut slot = SHARED.lock();
         if slot.as_ref().is_some_and(|(owner, _)| *owner != generation) {
@@ -128,21 +133,21 @@ impl Transport {
         }
         let (_, clients) = slot.get_or_insert_with(|| (generation, Vec::new()));
         let connect = config.timeouts.connect;
-        match clients.iter().find(|(timeout, _)| *timeout == connect) {
-            Some((_, http)) => {
-                let http = http.clone();
+        match clients.iter().find(|(timeout, _, _)| *timeout == connect) {
+            Some((_, http, lanes)) => {
+                let (http, lanes) = (http.clone(), lanes.clone());
                 drop(slot);
-                Transport::around(http, config)
+                Transport::around(http, lanes, config)
             }
             None => {
                 let transport = Transport::new(config)?;
-                clients.push((connect, transport.http.clone()));
+                clients.push((connect, transport.http.clone(), transport.lanes.clone()));
                 Ok(transport)
             }
         }
     }
 
-    fn around(http: reqwest::Client, config: ClientConfig) -> Result<Self, Error> {
+    fn around(http: reqwest::Client, lanes: Arc<Lanes>, config: ClientConfig) -> Result<Self, Error> {
         let query_url = config.url("/query");
         let query_url = reqwest::Url::parse(&query_url)
             .map_err(|e| Error::invalid_argument("base_url", format!("cannot build a request to {query_url}: {e}")))?;
@@ -150,7 +155,18 @@ impl Transport {
             value.set_sensitive(true);
             value
         });
-        Ok(Transport { http, config: Arc::new(config), query_url, authorization })
+        Ok(Transport { http, config: Arc::new(config), query_url, authorization, lanes })
+    }
+
+    /// The lanes blocking calls of this transport run on (see `crate::client::lanes`).
+    pub fn lanes(&self) -> &Arc<Lanes> {
+        &self.lanes
+    }
+
+    /// This transport with its requests sent through `lane`'s HTTP client. Use it only inside
+    /// `lane.block_on`: its connections live on the lane's runtime.
+    pub fn on_lane(&self, lane: &Lane) -> Transport {
+        Transport { http: lane.http().clone(), ..self.clone() }
     }
 
     /// A POST of `body` to `/query`, its URL parsed once for the transport's life.
@@ -161,12 +177,10 @@ impl Transport {
     /// A copy with another configuration that shares the connection pool, unless the
     /// connect timeout changed (it is a property of the pool).
     pub fn with_config(&self, config: ClientConfig) -> Result<Self, Error> {
-        let http = if config.timeouts.connect == self.config.timeouts.connect {
-            self.http.clone()
-        } else {
-            build_http_client(&config)?
-        };
-        Transport::around(http, config)
+        if config.timeouts.connect != self.config.timeouts.connect {
+            return Transport::new(config);
+        }
+        Transport::around(self.http.clone(), self.lanes.clone(), config)
     }
 
     /// Sends `call` under the retry rule and hands each 2xx response to `read`. A failure of
@@ -413,11 +427,14 @@ impl Transport {
     }
 }
 
-fn build_http_client(config: &ClientConfig) -> Result<reqwest::Client, Error> {
+/// How long an idle pooled connection is kept.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+pub(crate) fn build_http_client(connect_timeout: Duration) -> Result<reqwest::Client, Error> {
     reqwest::Client::builder()
         .user_agent(USER_AGENT)
-        .connect_timeout(config.timeouts.connect)
-        .pool_idle_timeout(Duration::from_secs(90))
+        .connect_timeout(connect_timeout)
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .tcp_nodelay(true)
         .build()
         .map_err(|e| Error::Config(format!("could not set up the HTTP client: {}", error_chain(&e))))

@@ -27,6 +27,7 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/query_delay", post(query_delay))
         .route("/expire_upload_urls", post(expire_upload_urls))
         .route("/drop_streams", post(drop_streams))
+        .route("/close_idle_connections", post(close_idle_connections))
         .route("/lens_status_style", post(lens_status_style))
         .route("/expire_output_urls", post(expire_output_urls))
 }
@@ -190,6 +191,12 @@ async fn query_delay(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> R
 async fn expire_upload_urls(State(shared): State<Arc<Shared>>) -> Json<Value> {
     shared.url_signer.expire_all();
     Json(json!({ "expired": true }))
+}
+
+/// Closes every keep-alive connection between requests (`Emulator.close_idle_connections`).
+async fn close_idle_connections(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    shared.close_idle.send_modify(|n| *n += 1);
+    Json(json!({}))
 }
 
 /// `{every: N}` cuts each SSE stream connection after N outputs; `{every: null}` turns it off.

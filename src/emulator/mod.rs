@@ -159,6 +159,12 @@ impl Emulator {
         *self.inner.shared.lens.status_style.lock() = style;
     }
 
+    /// Closes every keep-alive connection that is between requests (and each busy one after
+    /// its answer), as a server restart or a load balancer's idle timeout does.
+    pub fn close_idle_connections(&self) {
+        self.inner.shared.close_idle.send_modify(|n| *n += 1);
+    }
+
     pub fn set_query_delay(&self, d: Duration) {
         *self.inner.shared.query_delay.lock() = d;
     }

@@ -74,16 +74,23 @@ async fn connection(stream: TcpStream, app: Router, shared: Arc<Shared>) {
         }
     };
     let token = shared.shutdown.clone();
+    let shared_for_close = shared.clone();
     let (tx, mut rx) = mpsc::channel::<Takeover>(1);
     let service = hyper::service::service_fn(move |req| handle(req, app.clone(), shared.clone(), tx.clone()));
     let outcome = {
         // Upgrades: the lens WebSocket protocol takes the connection over from HTTP.
         let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
         tokio::pin!(conn);
-        tokio::select! {
-            _ = conn.as_mut() => None,
-            t = rx.recv() => t,
-            _ = token.cancelled() => None,
+        let mut close_idle = shared_for_close.close_idle.subscribe();
+        loop {
+            tokio::select! {
+                _ = conn.as_mut() => break None,
+                t = rx.recv() => break t,
+                _ = token.cancelled() => break None,
+                // Closes the connection now if it is between requests, or after the answer in
+                // flight (no `Connection: close` on an idle one: a client learns by the FIN).
+                Ok(()) = close_idle.changed() => conn.as_mut().graceful_shutdown(),
+            }
         }
         // hyper's half of the socket is closed here; `raw` keeps the socket itself open.
     };

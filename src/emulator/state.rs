@@ -51,6 +51,8 @@ pub(crate) struct Shared {
     /// Signs listing cursors so a made-up one is recognised as such.
     pub cursor_secret: [u8; 32],
     pub shutdown: CancellationToken,
+    /// Bumped by `Emulator::close_idle_connections`; every connection watches it.
+    pub close_idle: tokio::sync::watch::Sender<u64>,
     /// The one executor every job kind runs on.
     pub jobs: Arc<Executor>,
     pub agents: Agents,
@@ -101,6 +103,7 @@ impl Shared {
             rate_limit: opts.rate_limit.and_then(OrgRateLimit::new),
             max_query_size_mb: opts.max_query_size_mb.filter(|mb| mb.is_finite() && *mb > 0.0),
             shutdown,
+            close_idle: tokio::sync::watch::Sender::new(0),
         }
     }
 
