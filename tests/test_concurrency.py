@@ -90,6 +90,23 @@ def test_threads_wait_in_parallel(emu, client):
 
 
 @pytest.mark.timeout(60)
+def test_more_threads_than_lanes_all_get_answers(emu, client):
+    """Blocking calls run on at most 32 lanes of their own; the 33rd call at once and later ones
+    wait on the shared runtime instead, and must work just the same."""
+    emu.set_query_delay(0.3)
+    barrier = threading.Barrier(48)
+
+    def work(i: int) -> str:
+        barrier.wait()
+        marker = f"CALL{i}"
+        return client.query(REASONER, "echo", events=[events.text(marker)]).text.count(marker)
+
+    with ThreadPoolExecutor(max_workers=48) as pool:
+        assert list(pool.map(work, range(48))) == [1] * 48
+    assert len(calls(emu, "/query")) == 48
+
+
+@pytest.mark.timeout(60)
 def test_threads_share_a_client_across_files(client, tmp_path):
     def upload(i: int) -> str:
         return client.files.upload_base64(f"t{i}.txt", f"thread {i}".encode()).file_id

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -190,6 +194,42 @@ def test_closing_a_copy_leaves_the_original_open(client):
     copy = client.with_options(max_retries=0)
     copy.close()
     assert client.files.info()["num_files"] == 0
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_closing_every_client_closes_their_connections(emu):
+    """Clients share connections while any of them is open; when the last one is closed, its
+    connections (and the event loops of its blocking calls) are closed too."""
+
+    def descriptors() -> int:
+        gc.collect()
+        return len(os.listdir("/proc/self/fd"))
+
+    async def calls_at_once(client: sensorium.AsyncClient, n: int) -> None:
+        await asyncio.gather(*(client.query(REASONER, "x") for _ in range(n)))
+
+    emu.set_query_delay(0.1)
+    # Warm-up: the runtime, its threads and the emulator's own descriptors exist from here on.
+    with emu.client() as warm:
+        warm.files.info()
+    asyncio.run(calls_at_once(emu.async_client(), 1))
+    before = descriptors()
+
+    with emu.client() as client, ThreadPoolExecutor(4) as pool:
+        # Four blocking calls at once (four lanes, four connections), and a copy sharing them.
+        list(pool.map(lambda _: client.query(REASONER, "x"), range(4)))
+        client.with_options(max_retries=1).files.info()
+
+        async def main() -> None:
+            async with emu.async_client() as aclient:
+                await calls_at_once(aclient, 4)
+
+        asyncio.run(main())
+        assert descriptors() > before
+    deadline = time.monotonic() + 5
+    while descriptors() != before and time.monotonic() < deadline:
+        time.sleep(0.05)  # the emulator closes its side once it reads the FIN
+    assert descriptors() == before
 
 
 def test_repr_shows_base_url(emu, client):

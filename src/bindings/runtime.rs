@@ -29,7 +29,7 @@ use pyo3_async_runtimes::generic::{self, ContextExt, Runtime};
 use pyo3_async_runtimes::TaskLocals;
 use tokio::runtime::Runtime as TokioRuntime;
 
-use super::errors::{internal_error, panic_detail, to_pyerr};
+use super::errors::{internal_error, panic_detail};
 use crate::client::lanes::{Lane, Lanes};
 use crate::client::Transport;
 
@@ -418,8 +418,12 @@ where
         return run(py, call, asynchronous, make(transport));
     }
     super::logging::sync_level(py);
-    let lanes = transport.lanes().clone();
-    let lane = Borrowed { lanes: &lanes, lane: Some(lanes.take().map_err(|e| to_pyerr(py, e))?) };
+    let owner = transport.clone();
+    let lanes = owner.lanes();
+    let Some(lane) = lanes.take() else {
+        return run(py, call, asynchronous, make(transport));
+    };
+    let lane = Borrowed { lanes, lane: Some(lane) };
     let fut = make(transport.on_lane(lane.get()));
     let value = wait_on_lane(py, call, lane.get(), fut)?;
     value.into_py_any(py).map(|v| v.into_bound(py))

@@ -90,48 +90,74 @@ impl Drop for Lane {
     }
 }
 
-/// The idle lanes of one HTTP configuration (a connect timeout), shared by every transport that
-/// shares its connection pool.
+/// At most this many lanes per HTTP configuration. Each holds three descriptors of its own
+/// (epoll and its wakers) besides its connections, so a pool of hundreds of threads must not make
+/// one each; calls beyond the limit wait on the shared runtime instead, as they did before lanes.
+pub const MAX_LANES: usize = 32;
+
+/// The lanes of one HTTP configuration (a connect timeout).
 pub struct Lanes {
     connect_timeout: Duration,
     /// The fork generation the lanes were made in (see `Drop`).
     generation: u64,
+    slots: Mutex<Slots>,
+}
+
+struct Slots {
     /// Most recently used last: a call takes the warmest lane.
-    idle: Mutex<Vec<Lane>>,
+    idle: Vec<Lane>,
+    /// Lanes in existence, idle or taken.
+    live: usize,
 }
 
 impl Lanes {
     pub fn new(connect_timeout: Duration, generation: u64) -> Lanes {
-        Lanes { connect_timeout, generation, idle: Mutex::new(Vec::new()) }
+        Lanes { connect_timeout, generation, slots: Mutex::new(Slots { idle: Vec::new(), live: 0 }) }
     }
 
-    /// An idle lane, or a new one when every lane is in use (there are as many lanes as blocking
-    /// calls ever ran at once). Building one costs about 2 ms: its HTTP client reads the CA
-    /// certificates.
-    pub fn take(&self) -> Result<Lane, Error> {
+    /// An idle lane, or a new one when every lane is in use; `None` when `MAX_LANES` are in use
+    /// or a new one cannot be made (then the call goes through the shared runtime). Making one
+    /// costs about 2 ms: its HTTP client reads the CA certificates.
+    pub fn take(&self) -> Option<Lane> {
         let (lane, stale) = {
-            let mut idle = self.idle.lock();
-            let expired = idle.iter().take_while(|lane| lane.idle_since.elapsed() >= POOL_IDLE_TIMEOUT).count();
-            let stale: Vec<Lane> = idle.drain(..expired).collect();
-            (idle.pop(), stale)
+            let mut slots = self.slots.lock();
+            let expired =
+                slots.idle.iter().take_while(|lane| lane.idle_since.elapsed() >= POOL_IDLE_TIMEOUT).count();
+            let stale: Vec<Lane> = slots.idle.drain(..expired).collect();
+            slots.live -= stale.len();
+            let lane = slots.idle.pop();
+            if lane.is_none() {
+                if slots.live >= MAX_LANES {
+                    return None;
+                }
+                slots.live += 1;
+            }
+            (lane, stale)
         };
         // Closed outside the lock.
         drop(stale);
-        match lane {
-            Some(lane) => Ok(lane),
-            None => Lane::new(self.connect_timeout),
+        if lane.is_some() {
+            return lane;
+        }
+        match Lane::new(self.connect_timeout) {
+            Ok(lane) => Some(lane),
+            Err(err) => {
+                self.slots.lock().live -= 1;
+                log::debug!("blocking calls go through the shared runtime: {err}");
+                None
+            }
         }
     }
 
     /// Returns a lane taken with `take`.
     pub fn give_back(&self, mut lane: Lane) {
         lane.idle_since = Instant::now();
-        self.idle.lock().push(lane);
+        self.slots.lock().idle.push(lane);
     }
 
     #[cfg(test)]
     fn idle_count(&self) -> usize {
-        self.idle.lock().len()
+        self.slots.lock().idle.len()
     }
 }
 
@@ -140,7 +166,7 @@ impl Drop for Lanes {
         if self.generation != fork::generation() {
             // Inherited across fork: their epoll instances are shared with the parent, so closing
             // their connections here would take them out of the parent's event loop too.
-            for lane in self.idle.get_mut().drain(..) {
+            for lane in self.slots.get_mut().idle.drain(..) {
                 std::mem::forget(lane);
             }
         }
@@ -200,7 +226,7 @@ mod tests {
         let (url, accepted) = server(false);
         let lanes = Lanes::new(Duration::from_secs(5), fork::generation());
         for _ in 0..3 {
-            let lane = lanes.take().expect("lane");
+            let lane = lanes.take().expect("a lane");
             assert_eq!(lane.block_on(get(lane.http(), &url)).expect("request"), "ok");
             lanes.give_back(lane);
         }
@@ -213,7 +239,7 @@ mod tests {
         let (url, accepted) = server(true);
         let lanes = Lanes::new(Duration::from_secs(5), fork::generation());
         for round in 1..=20 {
-            let lane = lanes.take().expect("lane");
+            let lane = lanes.take().expect("a lane");
             let body = lane.block_on(get(lane.http(), &url)).expect("the request succeeds");
             assert_eq!(body, "ok");
             lanes.give_back(lane);
@@ -228,8 +254,8 @@ mod tests {
     fn calls_at_once_get_lanes_of_their_own_and_give_them_back() {
         let (url, _) = server(true);
         let lanes = Lanes::new(Duration::from_secs(5), fork::generation());
-        let first = lanes.take().expect("lane");
-        let second = lanes.take().expect("lane");
+        let first = lanes.take().expect("a lane");
+        let second = lanes.take().expect("a lane");
         assert_eq!(second.block_on(get(second.http(), &url)).expect("request"), "ok");
         assert_eq!(first.block_on(get(first.http(), &url)).expect("request"), "ok");
         lanes.give_back(first);
@@ -237,10 +263,22 @@ mod tests {
         assert_eq!(lanes.idle_count(), 2);
     }
 
+    #[test]
+    fn past_the_limit_calls_get_no_lane_until_one_is_given_back() {
+        let lanes = Lanes::new(Duration::from_secs(5), fork::generation());
+        let taken: Vec<Lane> = (0..MAX_LANES).map(|_| lanes.take().expect("a lane")).collect();
+        assert!(lanes.take().is_none());
+        for lane in taken {
+            lanes.give_back(lane);
+        }
+        assert_eq!(lanes.idle_count(), MAX_LANES);
+        assert!(lanes.take().is_some());
+    }
+
     #[tokio::test]
     async fn a_lane_dropped_inside_another_runtime_does_not_panic() {
         let lanes = Lanes::new(Duration::from_secs(5), fork::generation());
-        let lane = lanes.take().expect("lane");
+        let lane = lanes.take().expect("a lane");
         drop(lane);
     }
 }

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -96,8 +96,37 @@ pub struct Transport {
     /// when a call needs it).
     query_url: reqwest::Url,
     authorization: Option<HeaderValue>,
-    /// Where blocking calls run their requests on the calling thread; shared like `http`.
-    lanes: Arc<Lanes>,
+    /// What `http` came from, with the lanes of blocking calls; kept alive by every transport
+    /// that uses it.
+    pool: Arc<Pool>,
+}
+
+/// The connections of one connect timeout: an HTTP client on the shared runtime, and the lanes
+/// blocking calls run on (`crate::client::lanes`). Transports share one while any of them
+/// lives; it goes with the last, closing its connections.
+pub struct Pool {
+    /// `None` only once dropped in a forked child (see `Drop`).
+    http: Option<reqwest::Client>,
+    lanes: Lanes,
+    generation: u64,
+}
+
+impl Pool {
+    fn new(connect_timeout: Duration, generation: u64) -> Result<Pool, Error> {
+        let http = build_http_client(connect_timeout)?;
+        Ok(Pool { http: Some(http), lanes: Lanes::new(connect_timeout, generation), generation })
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if self.generation != fork::generation() {
+            // Inherited across fork: the connections' tasks belong to the parent's runtime,
+            // whose threads (and perhaps the locks they held) did not survive the fork. Their
+            // sockets stay open rather than risk waking them. The lanes see to themselves.
+            std::mem::forget(self.http.take());
+        }
+    }
 }
 
 impl std::fmt::Debug for Transport {
@@ -107,47 +136,44 @@ impl std::fmt::Debug for Transport {
 }
 
 impl Transport {
+    /// A transport with a pool of its own.
     pub fn new(config: ClientConfig) -> Result<Self, Error> {
-        let http = build_http_client(config.timeouts.connect)?;
-        let lanes = Arc::new(Lanes::new(config.timeouts.connect, fork::generation()));
-        Transport::around(http, lanes, config)
+        let pool = Arc::new(Pool::new(config.timeouts.connect, fork::generation())?);
+        Transport::around(pool, config)
     }
 
-    /// A transport on the process's shared HTTP client for its connect timeout, built on first
-    /// use. Building one costs about 2 ms (reqwest reads the system's CA certificates), and a
-    /// client of its own would open its own connections: a script that makes a `Client` per
-    /// batch or per notebook cell paid both every time, where now it finds the connections of
-    /// the last one warm. Sharing is safe because nothing in the pool belongs to a caller (the
-    /// key goes with each request). `generation` is the process's fork generation: after a
-    /// fork the parent's clients are left alone (their connections' tasks ran on threads the
-    /// child does not have) and new ones are built.
+    /// A transport on the pool of the process's live transports with the same connect timeout,
+    /// or on a new one. Building a pool costs about 2 ms (reqwest reads the system's CA
+    /// certificates) and opens its own connections: a script that makes a new `Client` per
+    /// batch (or a notebook that runs `client = Client()` again) paid both every time, where now
+    /// the new one finds the connections of one still alive warm. Sharing is safe because
+    /// nothing in the pool belongs to a caller (the key goes with each request). When the last
+    /// transport on a pool goes, so do its connections. `generation` is the process's fork
+    /// generation: after a fork the parent's pools are left alone and new ones are built.
     pub fn shared(config: ClientConfig, generation: u64) -> Result<Self, Error> {
-        /// The fork generation they belong to, and a client (with its lanes) per connect timeout.
-        type Shared = Option<(u64, Vec<(Duration, reqwest::Client, Arc<Lanes>)>)>;
+        /// The fork generation they belong to, and the pool per connect timeout.
+        type Shared = Option<(u64, Vec<(Duration, Weak<Pool>)>)>;
         static SHARED: parking_lot::Mutex<Shared> = parking_lot::Mutex::new(None);
         let mut slot = SHARED.lock();
         if slot.as_ref().is_some_and(|(owner, _)| *owner != generation) {
-            // Dropping them would wake tasks on the parent's runtime, whose threads (and perhaps
-            // the locks they held) did not survive the fork.
-            std::mem::forget(slot.take());
+            slot.take();
         }
-        let (_, clients) = slot.get_or_insert_with(|| (generation, Vec::new()));
+        let (_, pools) = slot.get_or_insert_with(|| (generation, Vec::new()));
+        pools.retain(|(_, pool)| pool.strong_count() > 0);
         let connect = config.timeouts.connect;
-        match clients.iter().find(|(timeout, _, _)| *timeout == connect) {
-            Some((_, http, lanes)) => {
-                let (http, lanes) = (http.clone(), lanes.clone());
-                drop(slot);
-                Transport::around(http, lanes, config)
-            }
+        let pool = match pools.iter().find_map(|(timeout, pool)| (*timeout == connect).then(|| pool.upgrade()).flatten()) {
+            Some(pool) => pool,
             None => {
-                let transport = Transport::new(config)?;
-                clients.push((connect, transport.http.clone(), transport.lanes.clone()));
-                Ok(transport)
+                let pool = Arc::new(Pool::new(connect, generation)?);
+                pools.push((connect, Arc::downgrade(&pool)));
+                pool
             }
-        }
+        };
+        drop(slot);
+        Transport::around(pool, config)
     }
 
-    fn around(http: reqwest::Client, lanes: Arc<Lanes>, config: ClientConfig) -> Result<Self, Error> {
+    fn around(pool: Arc<Pool>, config: ClientConfig) -> Result<Self, Error> {
         let query_url = config.url("/query");
         let query_url = reqwest::Url::parse(&query_url)
             .map_err(|e| Error::invalid_argument("base_url", format!("cannot build a request to {query_url}: {e}")))?;
@@ -155,12 +181,13 @@ impl Transport {
             value.set_sensitive(true);
             value
         });
-        Ok(Transport { http, config: Arc::new(config), query_url, authorization, lanes })
+        let http = pool.http.clone().ok_or_else(|| Error::Config("the connection pool is gone".into()))?;
+        Ok(Transport { http, config: Arc::new(config), query_url, authorization, pool })
     }
 
     /// The lanes blocking calls of this transport run on (see `crate::client::lanes`).
-    pub fn lanes(&self) -> &Arc<Lanes> {
-        &self.lanes
+    pub fn lanes(&self) -> &Lanes {
+        &self.pool.lanes
     }
 
     /// This transport with its requests sent through `lane`'s HTTP client. Use it only inside
@@ -180,7 +207,7 @@ impl Transport {
         if config.timeouts.connect != self.config.timeouts.connect {
             return Transport::new(config);
         }
-        Transport::around(self.http.clone(), self.lanes.clone(), config)
+        Transport::around(self.pool.clone(), config)
     }
 
     /// Sends `call` under the retry rule and hands each 2xx response to `read`. A failure of
@@ -653,13 +680,17 @@ mod tests {
         };
         // A generation of its own, so the shared clients start empty.
         let generation = u64::MAX - 1;
-        get(Transport::shared(config(), generation).unwrap()).await;
+        let first = Transport::shared(config(), generation).unwrap();
+        get(first.clone()).await;
         get(Transport::shared(config(), generation).unwrap()).await;
         assert_eq!(accepted.load(Ordering::SeqCst), 1, "the second client reuses the first one's connection");
         get(Transport::new(config()).unwrap()).await;
         assert_eq!(accepted.load(Ordering::SeqCst), 2, "a transport of its own opens its own");
         get(Transport::shared(config(), generation + 1).unwrap()).await; // as in a forked child
         assert_eq!(accepted.load(Ordering::SeqCst), 3, "after a fork nothing of the parent's pool is used");
+        drop(first);
+        get(Transport::shared(config(), generation).unwrap()).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 4, "the pool went with the last client on it");
     }
 
     #[tokio::test]
