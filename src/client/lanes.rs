@@ -91,7 +91,7 @@ impl Drop for Lane {
 }
 
 /// At most this many lanes per HTTP configuration. Each holds three descriptors of its own
-/// (epoll and its wakers) besides its connections, so a pool of hundreds of threads must not make
+/// (tokio's epoll, a duplicate of it and an eventfd waker) besides its connections, so a pool of hundreds of threads must not make
 /// one each; calls beyond the limit wait on the shared runtime instead, as they did before lanes.
 pub const MAX_LANES: usize = 32;
 
