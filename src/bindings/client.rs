@@ -1,6 +1,7 @@
 //! `CoreClient`: the Python handle on a configured transport. Each method converts its
-//! arguments, hands a future to `runtime::run` (blocking or awaitable, one code path), and
-//! converts the result. Protocol decisions live in `crate::client`.
+//! arguments, hands a future to `runtime::run` (blocking or awaitable, one code path; calls that
+//! are one request and its answer go through `runtime::run_unary`, which runs a blocking one on
+//! the calling thread), and converts the result. Protocol decisions live in `crate::client`.
 
 use std::path::PathBuf;
 use std::time::Duration;
