@@ -420,7 +420,9 @@ where
     super::logging::sync_level(py);
     let owner = transport.clone();
     let lanes = owner.lanes();
-    let Some(lane) = lanes.take() else {
+    // Building a lane takes about 2 ms; other threads keep the GIL meanwhile.
+    let lane = if lanes.has_idle() { lanes.take() } else { py.detach(|| lanes.take()) };
+    let Some(lane) = lane else {
         return run(py, call, asynchronous, make(transport));
     };
     let lane = Borrowed { lanes, lane: Some(lane) };

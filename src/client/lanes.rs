@@ -149,6 +149,11 @@ impl Lanes {
         }
     }
 
+    /// Whether `take` would find an idle lane now (and not build one).
+    pub fn has_idle(&self) -> bool {
+        !self.slots.lock().idle.is_empty()
+    }
+
     /// Returns a lane taken with `take`.
     pub fn give_back(&self, mut lane: Lane) {
         lane.idle_since = Instant::now();
