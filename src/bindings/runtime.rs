@@ -418,8 +418,7 @@ where
         return run(py, call, asynchronous, make(transport));
     }
     super::logging::sync_level(py);
-    let owner = transport.clone();
-    let lanes = owner.lanes();
+    let lanes = transport.lanes();
     // Building a lane takes about 2 ms; other threads keep the GIL meanwhile.
     let lane = if lanes.has_idle() { lanes.take() } else { py.detach(|| lanes.take()) };
     let Some(lane) = lane else {

@@ -195,7 +195,7 @@ async fn expire_upload_urls(State(shared): State<Arc<Shared>>) -> Json<Value> {
 
 /// Closes every keep-alive connection between requests (`Emulator.close_idle_connections`).
 async fn close_idle_connections(State(shared): State<Arc<Shared>>) -> Json<Value> {
-    shared.close_idle.send_modify(|n| *n += 1);
+    shared.close_idle_connections();
     Json(json!({}))
 }
 

@@ -162,7 +162,7 @@ impl Emulator {
     /// Closes every keep-alive connection that is between requests (and each busy one after
     /// its answer), as a server restart or a load balancer's idle timeout does.
     pub fn close_idle_connections(&self) {
-        self.inner.shared.close_idle.send_modify(|n| *n += 1);
+        self.inner.shared.close_idle_connections();
     }
 
     pub fn set_query_delay(&self, d: Duration) {

@@ -74,14 +74,13 @@ async fn connection(stream: TcpStream, app: Router, shared: Arc<Shared>) {
         }
     };
     let token = shared.shutdown.clone();
-    let shared_for_close = shared.clone();
+    let mut close_idle = shared.close_idle.subscribe();
     let (tx, mut rx) = mpsc::channel::<Takeover>(1);
     let service = hyper::service::service_fn(move |req| handle(req, app.clone(), shared.clone(), tx.clone()));
     let outcome = {
         // Upgrades: the lens WebSocket protocol takes the connection over from HTTP.
         let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
         tokio::pin!(conn);
-        let mut close_idle = shared_for_close.close_idle.subscribe();
         loop {
             tokio::select! {
                 _ = conn.as_mut() => break None,

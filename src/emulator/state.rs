@@ -51,7 +51,7 @@ pub(crate) struct Shared {
     /// Signs listing cursors so a made-up one is recognised as such.
     pub cursor_secret: [u8; 32],
     pub shutdown: CancellationToken,
-    /// Bumped by `Emulator::close_idle_connections`; every connection watches it.
+    /// Bumped by `close_idle_connections`; every connection watches it.
     pub close_idle: tokio::sync::watch::Sender<u64>,
     /// The one executor every job kind runs on.
     pub jobs: Arc<Executor>,
@@ -105,6 +105,12 @@ impl Shared {
             shutdown,
             close_idle: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Closes every keep-alive connection between requests (each busy one after its answer):
+    /// every connection watches `close_idle`.
+    pub fn close_idle_connections(&self) {
+        self.close_idle.send_modify(|n| *n += 1);
     }
 
     #[cfg(test)]

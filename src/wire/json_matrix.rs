@@ -5,10 +5,11 @@
 //! Through serde_json each number costs 20-35 ns (its visitor or a `Value` per number, then a
 //! cast), and skipping a matrix as a `RawValue` costs almost as much, because serde_json
 //! decodes the digits of what it skips. Here each number is read straight to the wanted type:
-//! the common shape by [`plain_decimal`] (~13 ns for a float32), the rest by fast-float2. Callers cut the matrix out of the text
-//! ([`with_placeholders`]) and still read the rest of the document with serde_json, which
-//! judges its validity; whatever these functions do not recognise gives `None`, and the caller
-//! reads the original text with serde_json instead, which is also what reports errors.
+//! the common shape by [`plain_decimal`] (~13 ns for a float32), the rest by fast-float2.
+//! Callers cut the matrix out of the text ([`with_placeholders`]) and still read the rest of the
+//! document with serde_json, which judges its validity; whatever these functions do not
+//! recognise gives `None`, and the caller reads the original text with serde_json instead,
+//! which is also what reports errors.
 //!
 //! The walking functions take `at` on the first byte of a value and are loose on purpose:
 //! they find positions in valid JSON, and serde_json rejects what is not JSON afterwards.
