@@ -4,6 +4,7 @@ blocking call interrupted by SIGINT."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from _helpers import ENCODER, REASONER, calls
+from _helpers import ENCODER, REASONER, calls, run_on
 from sensorium import events
 
 
@@ -266,6 +267,69 @@ def test_ctrl_c_with_default_handler_exits_the_process(emu, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+class _RaisesOnce(logging.Filter):
+    """Raises ``error`` while the first request-attempt log line is handled: where a Ctrl-C lands
+    when it arrives while Python code delivers one of sensorium's log lines."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error, self.raised = error, False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.raised and "attempt 1" in record.getMessage():
+            self.raised = True
+            raise self.error
+        return True
+
+
+def test_ctrl_c_landing_in_the_log_level_check_is_raised_before_sending(emu, client, monkeypatch):
+    """Each call asks Python's logging for the level (Python code, where signal handlers run):
+    a KeyboardInterrupt raised there is the caller's, not dropped (which made `wait()` deaf to
+    Ctrl-C), and nothing is sent."""
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(logging.getLogger("sensorium"), "getEffectiveLevel", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        client.query(REASONER, "interrupted")
+    assert calls(emu, "/query") == []
+    monkeypatch.undo()
+    assert client.query(REASONER, "again").status == "completed"
+
+
+def test_ctrl_c_landing_in_a_log_handler_is_raised_by_the_call(emu, client, caplog):
+    """A KeyboardInterrupt raised while a log line of a blocking call is delivered comes out of
+    that call as itself (it used to be left pending and surface as a SystemError)."""
+    caplog.set_level(logging.DEBUG, logger="sensorium")
+    interrupt = _RaisesOnce(KeyboardInterrupt())
+    caplog.handler.addFilter(interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            client.query(REASONER, "interrupted")
+    finally:
+        caplog.handler.removeFilter(interrupt)
+    assert interrupt.raised
+    assert client.query(REASONER, "again").status == "completed"
+
+
+def test_a_failing_log_handler_does_not_fail_the_call(emu, client_kind, caplog, monkeypatch):
+    """A broken logging setup is reported (as unraisable, like Python's own logging errors) and
+    the request goes on."""
+    caplog.set_level(logging.DEBUG, logger="sensorium")
+    reported: list[BaseException] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
+    broken = _RaisesOnce(ValueError("a broken log filter"))
+    caplog.handler.addFilter(broken)
+    try:
+        answer = run_on(client_kind, lambda c: c.query(REASONER, "logged"), api_key=emu.api_key,
+                        base_url=emu.base_url)
+    finally:
+        caplog.handler.removeFilter(broken)
+    assert answer.status == "completed"
+    assert broken.raised and [str(e) for e in reported] == ["a broken log filter"]
 
 
 CTRL_C_BACKOFF_CHILD = textwrap.dedent(

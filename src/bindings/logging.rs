@@ -1,8 +1,17 @@
 //! Rust `log` records go to Python's `logging`, under the `sensorium` logger.
+//!
+//! Delivering a record runs Python code (`getLogger`, the user's handlers and filters), and
+//! Python runs pending signal handlers inside any Python code: a Ctrl-C that lands there raises
+//! `KeyboardInterrupt` out of the logging call. `pyo3_log` leaves such an exception set on the
+//! thread, where it would surface as a `SystemError` from whichever call returns next, or be
+//! overwritten and lost. `Bridge` takes it instead and sees it raised where the user expects it.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use log::{LevelFilter, Log, Metadata, Record};
 use parking_lot::Mutex;
+use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
@@ -10,13 +19,96 @@ static RESET: Mutex<Option<pyo3_log::ResetHandle>> = Mutex::new(None);
 static LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static LAST_LEVEL: AtomicI64 = AtomicI64::new(-1);
 
+thread_local! {
+    /// `Some` while this thread drives a blocking call (`catching_raised`): an exception Python
+    /// raised while a record was delivered waits here for that call to raise it.
+    static RAISED: RefCell<Option<Option<PyErr>>> = const { RefCell::new(None) };
+}
+
 /// Installs the bridge once per process. Levels are cached (so a disabled debug line costs no
 /// GIL); `reset_logging` drops the cache after the user reconfigures logging.
 pub fn install(py: Python<'_>) {
+    // Debug, pyo3_log's default top filter: trace lines never reach Python.
     let Ok(logger) = pyo3_log::Logger::new(py, pyo3_log::Caching::LoggersAndLevels) else { return };
-    if let Ok(handle) = logger.set_prefix("sensorium").install() {
+    let logger = logger.set_prefix("sensorium");
+    let handle = logger.reset_handle();
+    if log::set_boxed_logger(Box::new(Bridge(logger))).is_ok() {
+        log::set_max_level(LevelFilter::Debug);
         *RESET.lock() = Some(handle);
     }
+}
+
+struct Bridge(pyo3_log::Logger);
+
+impl Log for Bridge {
+    fn enabled(&self, metadata: &Metadata) -> bool {
+        self.0.enabled(metadata)
+    }
+
+    fn log(&self, record: &Record) {
+        // Answered from the cache: a disabled line takes no GIL.
+        if !self.0.enabled(record.metadata()) {
+            return;
+        }
+        Python::attach(|py| {
+            let earlier = PyErr::take(py);
+            self.0.log(record);
+            let raised = PyErr::take(py);
+            if let Some(earlier) = earlier {
+                earlier.restore(py);
+            }
+            if let Some(raised) = raised {
+                hand_on(py, raised);
+            }
+        });
+    }
+
+    fn flush(&self) {}
+}
+
+/// Where an exception raised while logging goes. An ordinary error (`Exception`) is the logging
+/// setup's and must not fail a request: Python reports it as unraisable, as its own logging does.
+/// Anything else came from a signal handler (a Ctrl-C's `KeyboardInterrupt`): inside a blocking
+/// call it is that call's to raise; elsewhere a `KeyboardInterrupt` is signalled again, so
+/// Python raises it at its next signal check.
+fn hand_on(py: Python<'_>, raised: PyErr) {
+    if raised.is_instance_of::<PyException>(py) {
+        return raised.write_unraisable(py, None);
+    }
+    let unclaimed = RAISED.with(|slot| match slot.borrow_mut().as_mut() {
+        Some(waiting) => {
+            waiting.get_or_insert(raised);
+            None
+        }
+        None => Some(raised),
+    });
+    let Some(raised) = unclaimed else { return };
+    if raised.is_instance_of::<PyKeyboardInterrupt>(py) {
+        // SAFETY: needs no GIL and only sets a flag; Python raises at its next signal check.
+        unsafe { pyo3::ffi::PyErr_SetInterrupt() };
+    } else {
+        raised.write_unraisable(py, None);
+    }
+}
+
+/// Runs `f` (which may release the GIL), returning with its result the first signal-born
+/// exception (a Ctrl-C's `KeyboardInterrupt`) Python raised while a Rust record was delivered on
+/// this thread meanwhile. The caller raises it.
+pub fn catching_raised<R>(f: impl FnOnce() -> R) -> (R, Option<PyErr>) {
+    struct Scope(Option<Option<PyErr>>);
+    impl Drop for Scope {
+        fn drop(&mut self) {
+            // Restores an enclosing scope's slot, so nesting is harmless.
+            let outer = self.0.take();
+            RAISED.with(|slot| *slot.borrow_mut() = outer);
+        }
+    }
+    let outer = RAISED.with(|slot| slot.borrow_mut().replace(None));
+    let scope = Scope(outer);
+    let result = f();
+    let raised = RAISED.with(|slot| slot.borrow_mut().as_mut().and_then(Option::take));
+    drop(scope);
+    (result, raised)
 }
 
 /// Re-reads Python's logging levels (called when a client is created).
@@ -30,15 +122,24 @@ pub fn reset_logging() {
 /// Drops the bridge's cached levels when the `sensorium` logger's effective level changed since
 /// the last call, so `logging.basicConfig(level=DEBUG)` after creating a client takes effect.
 /// One attribute call per request; the cache keeps disabled log lines free of the GIL.
-pub fn sync_level(py: Python<'_>) {
+///
+/// `getEffectiveLevel` is Python code, so a Ctrl-C can land in it: that `KeyboardInterrupt` (any
+/// exception that is not an `Exception`) is the caller's to raise. A broken logging setup is not a
+/// reason to fail a request, so ordinary errors are ignored.
+pub fn sync_level(py: Python<'_>) -> PyResult<()> {
     let level = LOGGER
         .get_or_try_init(py, || -> PyResult<Py<PyAny>> {
             Ok(py.import("logging")?.getattr("getLogger")?.call1(("sensorium",))?.unbind())
         })
         .and_then(|logger| logger.bind(py).call_method0("getEffectiveLevel")?.extract::<i64>());
-    if let Ok(level) = level {
-        if LAST_LEVEL.swap(level, Ordering::Relaxed) != level {
-            reset_logging();
+    match level {
+        Ok(level) => {
+            if LAST_LEVEL.swap(level, Ordering::Relaxed) != level {
+                reset_logging();
+            }
+            Ok(())
         }
+        Err(err) if err.is_instance_of::<PyException>(py) => Ok(()),
+        Err(interrupt) => Err(interrupt),
     }
 }

@@ -386,7 +386,7 @@ where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
-    super::logging::sync_level(py);
+    super::logging::sync_level(py)?;
     if asynchronous {
         awaitable(py, call, fut)
     } else {
@@ -417,7 +417,7 @@ where
     if asynchronous || tokio::runtime::Handle::try_current().is_ok() {
         return run(py, call, asynchronous, make(transport));
     }
-    super::logging::sync_level(py);
+    super::logging::sync_level(py)?;
     let lanes = transport.lanes();
     // Building a lane takes about 2 ms; other threads keep the GIL meanwhile.
     let lane = if lanes.has_idle() { lanes.take() } else { py.detach(|| lanes.take()) };
@@ -462,17 +462,23 @@ where
     let mut fut = Box::pin(contain_panics(call, fut));
     loop {
         // The timer is made inside `block_on`: it needs the lane's runtime to be current.
-        let slice = py.detach(|| lane.block_on(async { tokio::time::timeout(SIGNAL_CHECK_INTERVAL, fut.as_mut()).await }));
-        match slice {
-            Ok(result) => return result,
-            Err(_elapsed) => {
-                if let Err(err) = py.check_signals() {
-                    // Dropped where its connections' tasks live.
-                    let _current = lane.enter();
-                    drop(fut);
-                    return Err(err);
-                }
-            }
+        let (slice, raised) = super::logging::catching_raised(|| {
+            py.detach(|| lane.block_on(async { tokio::time::timeout(SIGNAL_CHECK_INTERVAL, fut.as_mut()).await }))
+        });
+        // A Ctrl-C that landed in Python code delivering a log line, or one that is pending.
+        let interrupted = match (raised, &slice) {
+            (Some(raised), _) => Some(raised),
+            (None, Ok(_)) => None,
+            (None, Err(_elapsed)) => py.check_signals().err(),
+        };
+        if let Some(err) = interrupted {
+            // Dropped where its connections' tasks live.
+            let _current = lane.enter();
+            drop(fut);
+            return Err(err);
+        }
+        if let Ok(result) = slice {
+            return result;
         }
     }
 }
