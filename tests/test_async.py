@@ -73,7 +73,7 @@ async def test_cancelling_a_pending_query_leaves_the_client_usable(emu, aclient)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 3.0  # not the 5 s the query takes
     emu.set_query_delay(0.0)
     result = await aclient.query(REASONER, "again", events=[events.text("TERN-2")])
     assert "TERN-2" in result.text

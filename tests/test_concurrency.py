@@ -230,7 +230,8 @@ def test_ctrl_c_interrupts_a_blocking_query(emu, tmp_path):
         line = proc.stdout.readline().strip()
         reacted = time.monotonic() - sent
         assert line.startswith("KBI"), (line, proc.stderr.read() if proc.poll() is not None else "")
-        assert reacted < 1.0
+        # Far below the 30 s the query takes; loose enough for a loaded 2-core CI machine.
+        assert reacted < 5.0
         emu.set_query_delay(0.0)
         proc.stdin.write("go\n")
         proc.stdin.flush()
@@ -367,7 +368,7 @@ def test_ctrl_c_interrupts_a_retry_backoff(emu, tmp_path):
         proc.send_signal(signal.SIGINT)
         line = proc.stdout.readline().strip()
         assert line == "KBI", proc.stderr.read()
-        assert time.monotonic() - sent < 1.0
+        assert time.monotonic() - sent < 5.0  # not the 30 s Retry-After
         proc.wait(timeout=10)
         assert len(calls(emu, "/files/info")) == 1
     finally:
