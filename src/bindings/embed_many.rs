@@ -40,6 +40,9 @@ impl EmbedBatch {
     }
 }
 
+/// What `finish` hands back: the vectors, the failed windows' indices, the first failure.
+type Finished<'py> = (Bound<'py, PyArray3<f32>>, Vec<usize>, Option<Py<PyAny>>);
+
 #[pymethods]
 impl EmbedBatch {
     /// How many windows `push` may take now.
@@ -95,7 +98,7 @@ impl EmbedBatch {
 
     /// Once nothing is pending: the (N, channels, 768) float32 array (NaN rows where a window
     /// failed), the failed indices, and the first failure's exception (`None` when none failed).
-    fn finish<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyArray3<f32>>, Vec<usize>, Option<Py<PyAny>>)> {
+    fn finish<'py>(&self, py: Python<'py>) -> PyResult<Finished<'py>> {
         guard("embed_many", || {
             if self.batch.pending() != 0 {
                 return Err(internal_error("embed_many", "finish() called with windows still running"));

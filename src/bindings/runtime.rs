@@ -521,7 +521,7 @@ impl Runtime for ProcessRuntime {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let handle = current_handle().spawn(async move { fut.await });
+        let handle = current_handle().spawn(fut);
         Box::pin(async move { handle.await.map_err(ProcessJoinError) })
     }
 

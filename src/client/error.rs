@@ -20,7 +20,7 @@ pub const SUMMARY_LIMIT: usize = 1000;
 pub enum Error {
     /// The server answered with a non-2xx status.
     #[error("{0}")]
-    Api(ApiError),
+    Api(Box<ApiError>),
     /// No response: refused, reset, DNS, TLS, or the connection dropped mid-body.
     #[error("connection error: {message}")]
     Connection { message: String },
@@ -266,7 +266,7 @@ mod tests {
         let entry = ErrorObject { code: Some("c".into()), message: Some(huge.clone()), ..Default::default() };
         let many = vec![entry.clone(); 50];
         for err in [api(huge.clone(), vec![]), api(String::new(), many), api(String::new(), vec![entry])] {
-            let text = Error::Api(err).to_string();
+            let text = Error::Api(Box::new(err)).to_string();
             assert!(text.len() < 2 * SUMMARY_LIMIT, "{}", text.len());
         }
         let failed = Error::QueryFailed { query_id: "q".into(), error_msg: huge.clone(), response: Value::Null };

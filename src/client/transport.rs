@@ -402,7 +402,7 @@ impl Transport {
         if response.status().is_success() {
             return Ok(response);
         }
-        Err(Error::Api(self.api_error(call, response).await))
+        Err(Error::Api(Box::new(self.api_error(call, response).await)))
     }
 
     fn headers(&self, attempt: u32, authenticated: bool) -> Result<HeaderMap, Error> {

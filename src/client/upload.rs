@@ -2,7 +2,7 @@
 //! (and its URL refreshed when expired), each checkpointed, so an interrupted upload resumes
 //! with only the parts the platform has not recorded.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -324,7 +324,7 @@ pub(crate) fn part_ranges(started: &InitiateResponse, num_bytes: u64) -> Result<
 async fn send_part(
     transport: &Transport,
     upload_id: &str,
-    path: &PathBuf,
+    path: &Path,
     part: &PartRange,
     progress: &Arc<TransferProgress>,
 ) -> Result<PartToken, Error> {
@@ -338,7 +338,7 @@ async fn send_part(
         let this_attempt = Arc::new(AtomicU64::new(0));
         let call = Call {
             body: RequestBody::FileRange {
-                path: path.clone(),
+                path: path.to_path_buf(),
                 offset: part.offset,
                 len: part.len,
                 progress: vec![this_attempt.clone(), progress.done.clone()],
@@ -502,7 +502,7 @@ mod tests {
     }
 
     fn api(status: u16, body: &str) -> Error {
-        Error::Api(ApiError {
+        Error::Api(Box::new(ApiError {
             status,
             method: "PUT".into(),
             url: "u".into(),
@@ -513,7 +513,7 @@ mod tests {
             attempt: 1,
             after_lost_response: false,
             hint: None,
-        })
+        }))
     }
 
     #[test]

@@ -228,7 +228,7 @@ fn handshake_error(endpoint: &str, e: tokio_tungstenite::tungstenite::Error, key
         WsError::Http(response) => {
             let body = response.body().as_deref().map(String::from_utf8_lossy).unwrap_or_default();
             let raw = key.redact_in(&body);
-            Error::Api(ApiError::from_body(response.status().as_u16(), "GET", endpoint, raw, None))
+            Error::Api(Box::new(ApiError::from_body(response.status().as_u16(), "GET", endpoint, raw, None)))
         }
         other => Error::Connection { message: key.redact_in(&format!("connecting to the session socket {endpoint}: {other}")) },
     }

@@ -213,7 +213,7 @@ fn check(body: &Map<String, Value>) -> Result<(), ApiError> {
         return Err(ApiError::new(StatusCode::NOT_IMPLEMENTED, "model_not_supported",
                                   format!("Model {model:?} cannot be fine-tuned; use newton or omega.")).bare());
     };
-    if !body.get("name").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) {
+    if body.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
         return Err(invalid("Field 'name' is required."));
     }
     let kind = body.get("method").and_then(|m| m.get("type")).and_then(Value::as_str).unwrap_or("");

@@ -80,8 +80,8 @@ pub(crate) async fn list(
         .filter(|m| {
             let field = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("").to_string();
             let scope_ok = scope == "all" || field("scope") == scope;
-            let variant_ok = variant.as_ref().map_or(true, |v| field("variant").eq_ignore_ascii_case(v));
-            let search_ok = search.as_ref().map_or(true, |s| {
+            let variant_ok = variant.as_ref().is_none_or(|v| field("variant").eq_ignore_ascii_case(v));
+            let search_ok = search.as_ref().is_none_or(|s| {
                 ["id", "description", "model_family", "variant"]
                     .iter()
                     .any(|k| field(k).to_lowercase().contains(s.as_str()))

@@ -35,7 +35,7 @@ impl LensRec {
     }
 
     pub fn visible_to(&self, org: &str) -> bool {
-        self.org.as_deref().map_or(true, |o| o == org)
+        self.org.as_deref().is_none_or(|o| o == org)
     }
 
     pub fn json(&self) -> Value {

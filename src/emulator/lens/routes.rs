@@ -225,7 +225,7 @@ async fn lens_metadata(State(shared): State<Arc<Shared>>, headers: HeaderMap, Qu
         .lenses
         .lock()
         .iter()
-        .filter(|l| l.visible_to(&org) && wanted.map_or(true, |w| *w == l.id))
+        .filter(|l| l.visible_to(&org) && wanted.is_none_or(|w| *w == l.id))
         .map(LensRec::json)
         .collect();
     ok(Value::Array(shard(all, &q)))
@@ -266,7 +266,7 @@ fn records(shared: &Shared, org: &str, wanted: Option<&String>) -> Vec<Value> {
         .lens
         .sessions_of(org)
         .iter()
-        .filter(|s| wanted.map_or(true, |w| *w == s.id))
+        .filter(|s| wanted.is_none_or(|w| *w == s.id))
         .map(|s| s.record(shared.lens.style(), &endpoint(shared, &s.id), false))
         .collect()
 }
