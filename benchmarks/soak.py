@@ -8,8 +8,11 @@ memory, file descriptors or surprise errors?
 Calls are a mix of reasoner queries, embeddings of a (4, 256) window, the first page of
 `files.list()` and of `models.list()`, and a file cycle: `files.upload_base64` of a small file under a
 unique name, `files.download` of it (content checked, local copy deleted) and `files.delete`. They go
-to one in-process `sensorium.testing.Emulator` that answers a small share of requests with a 503
-(`Retry-After: 0`) or resets the connection. Half the calls come from a `sensorium.Client` shared by
+to a `sensorium.testing` emulator that answers a small share of requests with a 503
+(`Retry-After: 0`) or resets the connection. The emulator runs in a process of its own
+(`python -m sensorium.emulator`, driven through its `/_emulator` control routes), so the RSS,
+heap and CPU reported are the clients' alone; `--emulator in-process` runs it in this process as
+earlier versions of this benchmark did. Half the calls come from a `sensorium.Client` shared by
 32 threads, the other half from one `sensorium.AsyncClient` with 32 calls in flight.
 
 Reported, against the goals of the issue:
@@ -26,9 +29,9 @@ over all arenas: Rust's and C's allocations), Python's live blocks, RSS sampled 
 phase (a plateau is not a leak) and, at the very end, RSS after malloc_trim(0). The time of a
 phase includes the pause for its half-way reading.
 
-The emulator runs in this process, so RSS and CPU include the emulator's. Its request log (up to
-10,000 records with JSON bodies) would grow the RSS by tens of MB during the first 10,000 requests,
-so the harness drains it twice a second, counting the faults it records. A benchmark, not a test:
+The harness drains the emulator's request log twice a second, counting the faults it records (in
+process, the log of up to 10,000 records with their bodies would otherwise grow the RSS by tens
+of MB during the first 10,000 requests). A benchmark, not a test:
 the exit status is 0 whatever the numbers, unless the harness itself fails.
 """
 
@@ -42,20 +45,24 @@ import datetime as dt
 import gc
 import importlib.metadata
 import itertools
+import json
 import os
 import platform
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from types import SimpleNamespace
+from typing import Any, Awaitable, Callable, Union
 
 import numpy as np
 
@@ -282,11 +289,60 @@ def stages(units: list[str], fraction: float, workers: int) -> tuple[int, int]:
 # The emulator's log and the process's resources
 
 
+class EmulatorProcess:
+    """The emulator in a process of its own, with the part of `sensorium.testing.Emulator`'s
+    interface this benchmark uses, through the emulator's `/_emulator` control routes."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "sensorium.emulator", "--port", "0"],
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        settings = dict(self.proc.stdout.readline().strip().split("=", 1) for _ in range(2))
+        self.base_url, self.api_key = settings["SENSORIUM_BASE_URL"], settings["SENSORIUM_API_KEY"]
+        self.control = self.base_url.split("/v0.5")[0] + "/_emulator"
+
+    def _call(self, method: str, route: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.control + route, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+    def inject(self, method: str | None, path: str, status: int | None = None, *, retry_after: float | None = None,
+               action: FaultActionName | None = None, times: int | None = 1, probability: float = 1.0) -> None:
+        self._call("POST", "/faults", {"method": method, "path": path, "status": status, "retry_after": retry_after,
+                                       "action": action, "times": times, "probability": probability})
+
+    def clear_faults(self) -> None:
+        self._call("DELETE", "/faults")
+
+    @property
+    def requests(self) -> list[SimpleNamespace]:
+        """The log without bodies: the harness only counts attempts and statuses."""
+        return [SimpleNamespace(**r) for r in self._call("GET", "/requests?bodies=false")["data"]]
+
+    def clear_requests(self) -> None:
+        self._call("DELETE", "/requests")
+
+    def client(self) -> sensorium.Client:
+        return sensorium.Client(api_key=self.api_key, base_url=self.base_url)
+
+    def async_client(self) -> sensorium.AsyncClient:
+        return sensorium.AsyncClient(api_key=self.api_key, base_url=self.base_url)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+AnyEmulator = Union[Emulator, EmulatorProcess]
+
+
 class Monitor:
     """Drains the emulator's request log twice a second (counting the faults it shows), prints
     progress and samples the RSS at every tenth of a phase."""
 
-    def __init__(self, emu: Emulator) -> None:
+    def __init__(self, emu: AnyEmulator) -> None:
         self.emu = emu
         self.faults: Counter[str] = Counter()  # "503" / "reset" / "requests" / "retries"
         self.lock = threading.Lock()
@@ -460,7 +516,7 @@ class Phase:
 
 
 class Runner:
-    def __init__(self, emu: Emulator, monitor: Monitor, tmp: Path, threads: int, tasks: int,
+    def __init__(self, emu: AnyEmulator, monitor: Monitor, tmp: Path, threads: int, tasks: int,
                  warmup_fraction: float) -> None:
         self.emu, self.monitor, self.tmp = emu, monitor, tmp
         self.threads, self.tasks, self.warmup_fraction = threads, tasks, warmup_fraction
@@ -556,7 +612,22 @@ class Runner:
         return phase
 
 
-def leftover_files(emu: Emulator) -> int:
+def start_process_runtime(emu: AnyEmulator) -> None:
+    """One call from a client of each kind, both closed again: the I/O runtime the first of them
+    starts (its epoll and eventfd descriptors) lives as long as the process, like the in-process
+    emulator's, and is not what the descriptor count before and after is about."""
+    with emu.client() as client:
+        client.files.info()
+
+    async def one_call() -> None:
+        async with emu.async_client() as client:
+            await client.files.info()
+
+    asyncio.run(one_call())
+    emu.clear_requests()
+
+
+def leftover_files(emu: AnyEmulator) -> int:
     """Deletes files a failed delete left on the emulator (not counted as calls); returns how many."""
     client = emu.client()
     names = [f.file_id for f in client.files.list() if f.file_id.startswith("soak-")]
@@ -578,13 +649,19 @@ def fmt_kinds(c: dict[str, int]) -> str:
     return ", ".join(f"{k} ×{v}" for k, v in sorted(c.items())) or "none"
 
 
+EMULATOR_PLACES = {
+    "process": "Emulator in its own process (the RSS, heap and CPU are the clients').",
+    "in-process": "In-process emulator (its RSS and CPU count as this process's).",
+}
+
+
 def markdown(report: dict[str, Any]) -> str:
     env = report["env"]
     phases = report["phases"]
     lines = [f"## Soak, {env['date_utc']}", "",
              f"`{env['command']}`: {report['calls']} calls ({', '.join(str(p['calls']) for p in phases)} per phase), "
              f"sensorium {env['sensorium']} **{env['sensorium_build']} build**, Python {env['python']}, "
-             f"{env['cores']} cores. In-process emulator (its RSS and CPU count as this process's). Load average "
+             f"{env['cores']} cores. {EMULATOR_PLACES[env.get('emulator', 'in-process')]} Load average "
              f"(1/5/15 min) at start {env['loadavg_start']}, at end {env['loadavg_end']}.", ""]
     total_unexpected = sum(sum(p["unexpected"].values()) for p in phases)
     lines += ["| goal | measured | target | |", "|---|---|---|---|"]
@@ -643,6 +720,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5,000 calls instead of 100,000")
     parser.add_argument("--calls", type=int, help="calls over both phases (default 100,000; --quick 5,000)")
+    parser.add_argument("--emulator", choices=["process", "in-process"], default="process",
+                        help="run the emulator in its own process (default: RSS and CPU are the clients' alone) "
+                             "or in this one")
     parser.add_argument("--threads", type=int, default=32, help="threads sharing the blocking client")
     parser.add_argument("--tasks", type=int, default=32, help="asyncio calls in flight")
     parser.add_argument("--warmup", type=float, default=0.02, help="share of each phase's calls left out of the "
@@ -659,16 +739,18 @@ def main() -> None:
         "command": shlex.join(sys.orig_argv), "cores": os.cpu_count(), "python": platform.python_version(),
         "platform": platform.platform(), "sensorium": importlib.metadata.version("sensorium"),
         "sensorium_build": measure.build_profile(), "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        "emulator": args.emulator,
     }
     tmp = Path(tempfile.mkdtemp(prefix="sensorium-soak-"))
-    emu = Emulator()
+    emu: AnyEmulator = EmulatorProcess() if args.emulator == "process" else Emulator()
     try:
+        start_process_runtime(emu)
         for method, route, status, action, probability in FAULTS:
             emu.inject(method, route, status, retry_after=0 if status else None, action=action, times=None,
                        probability=probability)
         monitor = Monitor(emu)
         rss_before = memory(monitor)
-        fds_before = open_fds()  # the emulator is up; no client exists yet
+        fds_before = open_fds()  # the emulator and sensorium's I/O runtime are up; no client exists
         fd_kinds_before = fd_targets()
         monitor.thread.start()
         runner = Runner(emu, monitor, tmp, args.threads, args.tasks, args.warmup)

@@ -525,6 +525,12 @@ def test_control_routes(emu: Emulator) -> None:
     log = request(emu, "GET", "/_emulator/requests", key=None).json()["data"]
     assert [r["status"] for r in log] == [503, 200]
     assert log[0]["headers"]["authorization"] == "Bearer <redacted>"
+    assert "body" in log[0] and "body_base64" in log[0]
+    summary = request(emu, "GET", "/_emulator/requests?bodies=false", key=None).json()["data"]
+    assert [(r["method"], r["path"], r["status"], r["attempt"]) for r in summary] == \
+        [(r["method"], r["path"], r["status"], r["attempt"]) for r in log]
+    assert not any("body" in r or "body_base64" in r for r in summary)
+    assert request(emu, "GET", "/_emulator/requests?bodies=maybe", key=None).status == 400
     key = post_json(emu, "/_emulator/keys", {"org": "ci"}, key=None).json()["api_key"]
     assert key.startswith("sk-emu-")
     assert request(emu, "GET", "/files/info", key=key).status == 200

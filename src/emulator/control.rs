@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
@@ -123,19 +123,33 @@ async fn clear_faults(State(shared): State<Arc<Shared>>) -> Json<Value> {
 
 /// JSON view of a record: headers as an object, the (JSON) body as text.
 pub(crate) fn record_json(r: &RecordedRequest) -> Value {
+    let mut record = record_summary_json(r);
+    record["body"] = json!(r.body.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()));
+    record["body_base64"] = json!(r.body.as_ref().map(|b| base64::engine::general_purpose::STANDARD.encode(b)));
+    record
+}
+
+/// A record without its body: what a harness counting requests, attempts and statuses needs,
+/// at a fraction of the bytes (an encoder request's body is kilobytes of numbers).
+fn record_summary_json(r: &RecordedRequest) -> Value {
     let headers: Map<String, Value> = r.headers.iter().map(|(k, v)| (k.clone(), Value::from(v.clone()))).collect();
     json!({
         "method": r.method, "path": r.path, "query": r.query, "headers": headers,
-        "attempt": r.attempt, "org": r.org,
-        "body": r.body.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()),
-        "body_base64": r.body.as_ref().map(|b| base64::engine::general_purpose::STANDARD.encode(b)),
-        "body_len": r.body_len, "status": r.status,
+        "attempt": r.attempt, "org": r.org, "body_len": r.body_len, "status": r.status,
     })
 }
 
-async fn list_requests(State(shared): State<Arc<Shared>>) -> Json<Value> {
-    let data: Vec<Value> = shared.recorder.all().iter().map(record_json).collect();
-    Json(json!({ "data": data }))
+/// `GET /_emulator/requests`; with `?bodies=false` the records leave out `body` and
+/// `body_base64`.
+async fn list_requests(State(shared): State<Arc<Shared>>, RawQuery(query): RawQuery) -> Result<Json<Value>, ApiError> {
+    let bodies = match query.as_deref().and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("bodies="))) {
+        None | Some("true") => true,
+        Some("false") => false,
+        Some(other) => return Err(ApiError::invalid_request(format!("'bodies' must be true or false, not {other:?}."))),
+    };
+    let render = if bodies { record_json } else { record_summary_json };
+    let data: Vec<Value> = shared.recorder.all().iter().map(render).collect();
+    Ok(Json(json!({ "data": data })))
 }
 
 async fn clear_requests(State(shared): State<Arc<Shared>>) -> Json<Value> {
