@@ -316,6 +316,41 @@ def test_ctrl_c_landing_in_a_log_handler_is_raised_by_the_call(emu, client, capl
     assert client.query(REASONER, "again").status == "completed"
 
 
+CTRL_C_IN_TOLIST_CHILD = textwrap.dedent(
+    """
+    import sensorium
+    from sensorium.errors import InvalidArgumentError
+
+    class Reading:
+        def tolist(self):
+            raise KeyboardInterrupt  # where a Ctrl-C lands while the user's code runs
+
+    client = sensorium.Client(max_retries=0)
+    try:
+        try:
+            client.query("{model}", "x", query_metadata={"reading": Reading()})
+        except InvalidArgumentError:
+            pass  # the value could not be read; the interrupt must still come
+        for _ in range(1000):
+            pass
+        print("LOST", flush=True)
+    except KeyboardInterrupt:
+        print("KBI", flush=True)
+    """
+)
+
+
+def test_ctrl_c_in_user_code_run_while_a_value_is_read_is_not_lost(emu, tmp_path):
+    """Reading an argument can run the user's Python (`tolist`); a KeyboardInterrupt raised there
+    reaches the program, and nothing is sent."""
+    script = tmp_path / "child.py"
+    script.write_text(CTRL_C_IN_TOLIST_CHILD.replace("{model}", REASONER))
+    env = dict(os.environ, SENSORIUM_API_KEY=emu.api_key, SENSORIUM_BASE_URL=emu.base_url)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert done.stdout.strip() == "KBI", done.stderr
+    assert calls(emu, "/query") == []
+
+
 def test_a_failing_log_handler_does_not_fail_the_call(emu, client_kind, caplog, monkeypatch):
     """A broken logging setup is reported (as unraisable, like Python's own logging errors) and
     the request goes on."""

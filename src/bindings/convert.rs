@@ -5,6 +5,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 use serde_json::{Map, Number, Value};
 
+use super::interrupts::keep_copy;
 use crate::client::Error;
 
 /// Converts a Python value to JSON. `path` names it in errors (`query_metadata['a'][2]`).
@@ -54,14 +55,21 @@ pub fn py_to_value(obj: &Bound<'_, PyAny>, path: &str) -> Result<Value, Error> {
         return Ok(Value::Array(items));
     }
     // numpy scalars and arrays, and anything else that knows how to become a list or number.
-    if obj.hasattr("tolist").unwrap_or(false) {
-        if let Ok(plain) = obj.call_method0("tolist") {
-            if !plain.is(obj) && !plain.hasattr("tolist").unwrap_or(false) {
-                return py_to_value(&plain, path);
-            }
+    if has_tolist(obj) {
+        match obj.call_method0("tolist") {
+            Ok(plain) if !plain.is(obj) && !has_tolist(&plain) => return py_to_value(&plain, path),
+            Ok(_) => {}
+            Err(err) => keep_copy(obj.py(), &err),
         }
     }
     Err(Error::invalid_argument(path, format!("is a {}, which cannot be sent as JSON", type_name(obj))))
+}
+
+fn has_tolist(obj: &Bound<'_, PyAny>) -> bool {
+    obj.hasattr("tolist").unwrap_or_else(|err| {
+        keep_copy(obj.py(), &err);
+        false
+    })
 }
 
 fn float(v: f64, path: &str) -> Result<Value, Error> {

@@ -159,9 +159,17 @@ pub fn panic_detail(payload: &(dyn Any + Send)) -> String {
 }
 
 /// Runs `f` (a binding's argument conversion and set-up), turning a panic into `InternalError`
-/// naming `call`.
+/// naming `call`, and raising a Ctrl-C that Python code run on the side met meanwhile
+/// (`interrupts`) in place of the result.
 pub fn guard<T>(call: &str, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
-    std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| Err(internal_error(call, &panic_detail(&*payload))))
+    let (result, interrupted) = super::interrupts::catching(|| {
+        std::panic::catch_unwind(AssertUnwindSafe(f))
+            .unwrap_or_else(|payload| Err(internal_error(call, &panic_detail(&*payload))))
+    });
+    match interrupted {
+        Some(err) => Err(err),
+        None => result,
+    }
 }
 
 /// Logs every panic in this library once, at error level, through the `sensorium` logger,

@@ -4,26 +4,22 @@
 //! Python runs pending signal handlers inside any Python code: a Ctrl-C that lands there raises
 //! `KeyboardInterrupt` out of the logging call. `pyo3_log` leaves such an exception set on the
 //! thread, where it would surface as a `SystemError` from whichever call returns next, or be
-//! overwritten and lost. `Bridge` takes it instead and sees it raised where the user expects it.
+//! overwritten and lost. `Bridge` takes it instead and hands it to `interrupts`, which sees it
+//! raised by the call it happened in.
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use log::{LevelFilter, Log, Metadata, Record};
 use parking_lot::Mutex;
-use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
+use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+
+use super::interrupts;
 
 static RESET: Mutex<Option<pyo3_log::ResetHandle>> = Mutex::new(None);
 static LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static LAST_LEVEL: AtomicI64 = AtomicI64::new(-1);
-
-thread_local! {
-    /// `Some` while this thread drives a blocking call (`catching_raised`): an exception Python
-    /// raised while a record was delivered waits here for that call to raise it.
-    static RAISED: RefCell<Option<Option<PyErr>>> = const { RefCell::new(None) };
-}
 
 /// Installs the bridge once per process. Levels are cached (so a disabled debug line costs no
 /// GIL); `reset_logging` drops the cache after the user reconfigures logging.
@@ -68,47 +64,12 @@ impl Log for Bridge {
 
 /// Where an exception raised while logging goes. An ordinary error (`Exception`) is the logging
 /// setup's and must not fail a request: Python reports it as unraisable, as its own logging does.
-/// Anything else came from a signal handler (a Ctrl-C's `KeyboardInterrupt`): inside a blocking
-/// call it is that call's to raise; elsewhere a `KeyboardInterrupt` is signalled again, so
-/// Python raises it at its next signal check.
+/// Anything else came from a signal handler (a Ctrl-C's `KeyboardInterrupt`), and the call it
+/// happened in raises it (`interrupts::keep`).
 fn hand_on(py: Python<'_>, raised: PyErr) {
-    if raised.is_instance_of::<PyException>(py) {
-        return raised.write_unraisable(py, None);
+    if let Some(ordinary) = interrupts::keep(py, raised) {
+        ordinary.write_unraisable(py, None);
     }
-    let unclaimed = RAISED.with(|slot| match slot.borrow_mut().as_mut() {
-        Some(waiting) => {
-            waiting.get_or_insert(raised);
-            None
-        }
-        None => Some(raised),
-    });
-    let Some(raised) = unclaimed else { return };
-    if raised.is_instance_of::<PyKeyboardInterrupt>(py) {
-        // SAFETY: needs no GIL and only sets a flag; Python raises at its next signal check.
-        unsafe { pyo3::ffi::PyErr_SetInterrupt() };
-    } else {
-        raised.write_unraisable(py, None);
-    }
-}
-
-/// Runs `f` (which may release the GIL), returning with its result the first signal-born
-/// exception (a Ctrl-C's `KeyboardInterrupt`) Python raised while a Rust record was delivered on
-/// this thread meanwhile. The caller raises it.
-pub fn catching_raised<R>(f: impl FnOnce() -> R) -> (R, Option<PyErr>) {
-    struct Scope(Option<Option<PyErr>>);
-    impl Drop for Scope {
-        fn drop(&mut self) {
-            // Restores an enclosing scope's slot, so nesting is harmless.
-            let outer = self.0.take();
-            RAISED.with(|slot| *slot.borrow_mut() = outer);
-        }
-    }
-    let outer = RAISED.with(|slot| slot.borrow_mut().replace(None));
-    let scope = Scope(outer);
-    let result = f();
-    let raised = RAISED.with(|slot| slot.borrow_mut().as_mut().and_then(Option::take));
-    drop(scope);
-    (result, raised)
 }
 
 /// Re-reads Python's logging levels (called when a client is created).

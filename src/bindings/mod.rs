@@ -4,6 +4,7 @@
 pub mod client;
 pub mod convert;
 pub mod embed_many;
+pub mod interrupts;
 pub mod logging;
 pub mod errors;
 pub mod numeric;

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 
 use bytes::Bytes;
 
+use super::interrupts::keep_copy;
 use crate::client::query::{BodyTemplate, EmbeddingMatrix};
 use crate::client::Error;
 
@@ -94,7 +95,10 @@ fn written(obj: &Bound<'_, PyAny>, arg: &str, wrap: Wrap<'_>, per_channel: bool)
     if !is_aligned(array) {
         // Arrays rebuilt from a byte buffer (pickle protocol 5, Dask's transfer between workers)
         // may start at an odd address; numpy's copy is aligned, and reading it is what is safe.
-        let copy = obj.call_method0("copy").map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
+        let copy = obj.call_method0("copy").map_err(|e| {
+            keep_copy(obj.py(), &e);
+            Error::invalid_argument(arg, e.to_string())
+        })?;
         return written(&copy, arg, wrap, per_channel);
     }
     let descr = array.dtype();

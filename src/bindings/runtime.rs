@@ -462,10 +462,11 @@ where
     let mut fut = Box::pin(contain_panics(call, fut));
     loop {
         // The timer is made inside `block_on`: it needs the lane's runtime to be current.
-        let (slice, raised) = super::logging::catching_raised(|| {
+        let (slice, raised) = super::interrupts::catching(|| {
             py.detach(|| lane.block_on(async { tokio::time::timeout(SIGNAL_CHECK_INTERVAL, fut.as_mut()).await }))
         });
-        // A Ctrl-C that landed in Python code delivering a log line, or one that is pending.
+        // A Ctrl-C that landed in Python code run on the side (a log line delivered), or one
+        // that is pending.
         let interrupted = match (raised, &slice) {
             (Some(raised), _) => Some(raised),
             (None, Ok(_)) => None,
