@@ -273,7 +273,11 @@ impl LoopBridge {
                     // Inherited across fork: the parent's tasks will never complete here, and
                     // the socket is shared with the parent. Start over with a new one.
                     let fd = bridge.get().shared.reader.as_raw_fd();
-                    let _ = event_loop.call_method1(intern!(py, "remove_reader"), (fd,));
+                    // An ordinary error only means the loop no longer watches it; a Ctrl-C
+                    // raised meanwhile is the caller's.
+                    if let Err(err) = event_loop.call_method1(intern!(py, "remove_reader"), (fd,)) {
+                        drop(super::interrupts::keep(py, err));
+                    }
                 }
             }
             Err(err) if err.is_instance_of::<PyKeyError>(py) => {}
