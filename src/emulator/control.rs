@@ -15,6 +15,7 @@ use super::auth::Role;
 use super::catalogue::Catalogue;
 use super::faults::{FaultAction, FaultRule};
 use super::lens::StatusStyle as LensStatusStyle;
+use super::paging::Params;
 use super::recorder::RecordedRequest;
 use super::state::Shared;
 
@@ -142,11 +143,7 @@ fn record_summary_json(r: &RecordedRequest) -> Value {
 /// `GET /_emulator/requests`; with `?bodies=false` the records leave out `body` and
 /// `body_base64`.
 async fn list_requests(State(shared): State<Arc<Shared>>, RawQuery(query): RawQuery) -> Result<Json<Value>, ApiError> {
-    let bodies = match query.as_deref().and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("bodies="))) {
-        None | Some("true") => true,
-        Some("false") => false,
-        Some(other) => return Err(ApiError::invalid_request(format!("'bodies' must be true or false, not {other:?}."))),
-    };
+    let bodies = Params::parse(query.as_deref()).flag("bodies")?.unwrap_or(true);
     let render = if bodies { record_json } else { record_summary_json };
     let data: Vec<Value> = shared.recorder.all().iter().map(render).collect();
     Ok(Json(json!({ "data": data })))
