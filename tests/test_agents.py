@@ -148,6 +148,53 @@ def test_a_failed_run_raises_with_its_agent_error_and_logs(agents_emu, run):
     assert "GPU fell over" in (info.value.error or "") and info.value.logs
 
 
+def _control(emu: Emulator, route: str, body: Any) -> Any:
+    """POST to the emulator's control surface over HTTP, as a test in another process does."""
+    from _raw_http import request
+
+    return request(emu, "POST", f"/_emulator/{route}", json.dumps(body).encode(), key=None)
+
+
+def test_job_controls_work_over_http_for_an_emulator_in_another_process(agents_emu):
+    set_up = _control(agents_emu, "fail_next_job", {"kind": "agent", "error": "worker lost"})
+    assert set_up.status == 200
+    assert set_up.json() == {"kind": "agent", "error": "worker lost", "failed_inputs": []}
+    bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
+    with agents_emu.client() as client:
+        started = client.agents.bundles.run(bundle.id, file_id)
+        with pytest.raises(AgentRunError, match="worker lost"):
+            client.agents.instances.wait(started.id, timeout=30)
+
+        assert _control(agents_emu, "lag_agent_status", {"seconds": 30}).json() == {"seconds": 30.0}
+        started = client.agents.bundles.run(bundle.id, file_id)
+        assert client.agents.instances.wait(started.id, timeout=20).status == "completed", "only one failure was planned"
+        assert client.agents.instances.get(started.id).status == "running", "the record lags, as asked over HTTP"
+
+    planned = _control(agents_emu, "fail_next_job", {"kind": "batch", "failed_inputs": ["a.csv", "b.csv"]})
+    assert planned.json() == {"kind": "batch", "error": None, "failed_inputs": ["a.csv", "b.csv"]}
+
+
+@pytest.mark.parametrize(
+    "route, body, named",
+    [
+        ("fail_next_job", {"kind": "agents"}, "optimization"),  # the message lists the kinds it takes
+        ("fail_next_job", {}, "'kind'"),
+        ("fail_next_job", {"kind": "agent", "error": 5}, "'error'"),
+        ("fail_next_job", {"kind": "batch", "failed_inputs": "a.csv"}, "'failed_inputs'"),
+        ("fail_next_job", {"kind": "batch", "failed_inputs": [1]}, "'failed_inputs'"),
+        ("lag_agent_status", {"seconds": -1}, "'seconds'"),
+        ("lag_agent_status", {}, "'seconds'"),
+    ],
+)
+def test_job_controls_over_http_refuse_bad_bodies_naming_the_field(agents_emu, route, body, named):
+    reply = _control(agents_emu, route, body)
+    assert reply.status == 400 and named in reply.raw.decode()
+    with agents_emu.client() as client:  # nothing was planned: a run still completes
+        bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
+        started = client.agents.bundles.run(bundle.id, file_id)
+        assert client.agents.instances.wait(started.id, timeout=20).status == "completed"
+
+
 def test_wait_sees_the_end_in_the_logs_when_the_status_lags(agents_emu, run):
     bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
     agents_emu.lag_agent_status(30)

@@ -2,8 +2,8 @@
 
 Prints the base URL and the API key of the default organization, then serves until Ctrl-C or
 SIGTERM. Tests in another process can steer it over ``/_emulator/*`` (faults, request log,
-keys; ``GET /_emulator/requests?bodies=false`` lists the log without request bodies). It is a
-local test double, not the hosted service.
+keys, ``fail_next_job``, ``lag_agent_status``...; ``GET /_emulator/requests?bodies=false`` lists
+the log without request bodies). It is a local test double, not the hosted service.
 
 It accepts the model ids production code sends (``Newton::...``, ``OmegaEncoder::...``) and the
 spec's neutral spellings. ``--model`` (repeatable) replaces that catalogue::

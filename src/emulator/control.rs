@@ -14,6 +14,7 @@ use super::api_error::ApiError;
 use super::auth::Role;
 use super::catalogue::Catalogue;
 use super::faults::{FaultAction, FaultRule};
+use super::jobs::Failure;
 use super::lens::StatusStyle as LensStatusStyle;
 use super::paging::Params;
 use super::recorder::RecordedRequest;
@@ -31,6 +32,8 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/close_idle_connections", post(close_idle_connections))
         .route("/lens_status_style", post(lens_status_style))
         .route("/expire_output_urls", post(expire_output_urls))
+        .route("/fail_next_job", post(fail_next_job))
+        .route("/lag_agent_status", post(lag_agent_status))
 }
 
 fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
@@ -242,6 +245,41 @@ async fn lens_status_style(State(shared): State<Arc<Shared>>, body: bytes::Bytes
 async fn expire_output_urls(State(shared): State<Arc<Shared>>) -> Json<Value> {
     shared.batch.signer.expire_all();
     Json(json!({ "expired": true }))
+}
+
+/// `{kind, error?, failed_inputs?}`: the next job of `kind` ends failed with `error`, or (batch)
+/// completes with `failed_inputs` failed (`Emulator.fail_next_job`).
+async fn fail_next_job(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Result<Json<Value>, ApiError> {
+    let m = object(&body)?;
+    let kind = m
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid_request("'kind' is required: a string."))?;
+    let error = match m.get("error") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(ApiError::invalid_request("'error' must be a string.")),
+    };
+    let not_ids = || ApiError::invalid_request("'failed_inputs' must be a list of file ids (strings).");
+    let failed_inputs: Vec<String> = match m.get("failed_inputs") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(ids)) => {
+            ids.iter().map(|id| id.as_str().map(str::to_string).ok_or_else(not_ids)).collect::<Result<_, _>>()?
+        }
+        Some(_) => return Err(not_ids()),
+    };
+    let answer = json!({ "kind": kind, "error": error, "failed_inputs": failed_inputs });
+    shared.jobs.fail_next(kind, Failure { error, failed_inputs }).map_err(ApiError::invalid_request)?;
+    Ok(Json(answer))
+}
+
+/// `{seconds}`: agent records keep saying `running` that long after their run ended
+/// (`Emulator.lag_agent_status`).
+async fn lag_agent_status(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Result<Json<Value>, ApiError> {
+    let m = object(&body)?;
+    let lag = seconds(m.get("seconds").unwrap_or(&Value::Null), "seconds")?;
+    *shared.agents.lag.lock() = lag;
+    Ok(Json(json!({ "seconds": lag.as_secs_f64() })))
 }
 
 #[cfg(test)]
