@@ -32,6 +32,7 @@ class Samples:
     switches: int = 0  # context switches of this process (all threads) during the timed blocks
     server_cpu_s: float = 0.0  # CPU the server process used during the timed blocks (not the client's)
     round_medians_us: list[float] = field(default_factory=list)  # one per timed block (round)
+    round_cpu_us: list[float] = field(default_factory=list)  # CPU per call, one per timed block (round)
 
     def summary(self) -> dict[str, Any]:
         w = np.asarray(self.wall_ns, dtype=np.float64) / 1e3 if self.wall_ns else np.asarray([np.nan])
@@ -47,6 +48,7 @@ class Samples:
             "rate_per_s": float(np.median(self.rates)) if self.rates else None,
             "rates_per_s": self.rates,
             "round_medians_us": self.round_medians_us,
+            "round_cpu_us_per_call": self.round_cpu_us,
         }
 
 
@@ -63,6 +65,16 @@ def _switches() -> int:
     return ru.ru_nvcsw + ru.ru_nivcsw
 
 
+def _close_round(into: Samples, n: int, cpu_s: float, switches: int, server_cpu_s: float) -> None:
+    """Adds one timed block of `n` sequential calls (its wall times already in `into.wall_ns`)."""
+    into.cpu_s += cpu_s
+    into.switches += switches
+    into.server_cpu_s += server_cpu_s
+    into.calls += n
+    into.round_medians_us.append(float(np.median(into.wall_ns[-n:])) / 1e3)
+    into.round_cpu_us.append(1e6 * cpu_s / n if n else float("nan"))
+
+
 def time_sync(fn: Callable[[], Any], n: int, into: Samples, collect: bool = True) -> None:
     if collect:
         gc.collect()  # outside the timed region: start each block with the same heap
@@ -73,11 +85,7 @@ def time_sync(fn: Callable[[], Any], n: int, into: Samples, collect: bool = True
         t0 = clock()
         fn()
         wall.append(clock() - t0)
-    into.cpu_s += time.process_time() - cpu0
-    into.switches += _switches() - sw0
-    into.server_cpu_s += _server_cpu() - srv0
-    into.calls += n
-    into.round_medians_us.append(float(np.median(wall[-n:])) / 1e3)
+    _close_round(into, n, time.process_time() - cpu0, _switches() - sw0, _server_cpu() - srv0)
 
 
 async def time_async(fn: Callable[[], Awaitable[Any]], n: int, into: Samples, collect: bool = True) -> None:
@@ -90,11 +98,7 @@ async def time_async(fn: Callable[[], Awaitable[Any]], n: int, into: Samples, co
         t0 = clock()
         await fn()
         wall.append(clock() - t0)
-    into.cpu_s += time.process_time() - cpu0
-    into.switches += _switches() - sw0
-    into.server_cpu_s += _server_cpu() - srv0
-    into.calls += n
-    into.round_medians_us.append(float(np.median(wall[-n:])) / 1e3)
+    _close_round(into, n, time.process_time() - cpu0, _switches() - sw0, _server_cpu() - srv0)
 
 
 async def burst_async(

@@ -264,10 +264,11 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
         ratio = a / b if b else float("nan")
         # Rounds are interleaved, so each round's pair ran under the same machine conditions: the
         # spread of per-round ratios shows how much the machine's noise moves the answer.
-        per_round_key = {"median_us": "round_medians_us", "rate_per_s": "rates_per_s"}.get(key)
+        per_round_key = {"median_us": "round_medians_us", "rate_per_s": "rates_per_s",
+                         "cpu_us_per_call": "round_cpu_us_per_call"}.get(key)
         rounds: list[float] = []
         if per_round_key:
-            ra, rb = res[ours][per_round_key], res[theirs][per_round_key]
+            ra, rb = res[ours].get(per_round_key) or [], res[theirs].get(per_round_key) or []
             rounds = [x / y for x, y in zip(ra, rb) if y]
         spread = (min(rounds), max(rounds)) if len(rounds) > 1 else None
         if target is None:  # context for the goals, not a goal
