@@ -12,8 +12,10 @@ import threading
 import numpy as np
 import pytest
 
-from _helpers import ENCODER, body_json, calls, run_on
+from _helpers import ENCODER, REASONER, body_json, calls, run_on
 from sensorium.errors import (
+    AuthenticationError,
+    BadRequestError,
     EmbedManyError,
     InvalidArgumentError,
     PayloadTooLargeError,
@@ -114,6 +116,68 @@ def test_a_failing_window_leaves_the_others_in_partial(emu, client_kind):
     np.testing.assert_array_equal(err.partial[keep], expected[keep])
     again = pickle.loads(pickle.dumps(err))
     assert again.failed == err.failed and np.array_equal(again.partial, err.partial, equal_nan=True)
+
+
+MANY = RNG.normal(size=(300, 2, 16))
+
+
+@pytest.mark.parametrize(
+    "case, cause",
+    [("key", AuthenticationError), ("model", BadRequestError), ("family", InvalidArgumentError)],
+)
+def test_an_error_no_window_escapes_stops_the_batch(emu, client_kind, case, cause):
+    model, opts, concurrency = ENCODER, options(emu), 4
+    if case == "key":
+        opts["api_key"] = "not-the-key"
+    elif case == "model":
+        model = "Encoder::no_such_version"
+    else:
+        model = REASONER  # answers text, not vectors
+    with pytest.raises(EmbedManyError) as info:
+        run_on(client_kind, lambda c: c.embed_many(model, MANY, concurrency=concurrency), **opts)
+    err = info.value
+    assert isinstance(err.__cause__, cause)
+    # What was in flight when the first answer came, not 300 requests.
+    assert len(calls(emu, "/query")) <= 2 * concurrency
+    assert "stopped at windows[" in str(err) and "never sent" in str(err) and ".." not in str(err)
+    # Every window is accounted for, so re-running err.failed after the fix completes the work.
+    assert err.partial.shape == (300, 2, 768) and np.isnan(err.partial).all()
+    assert err.failed == list(range(300))
+    assert len(err.not_sent) >= 300 - 2 * concurrency and set(err.not_sent) <= set(err.failed)
+    again = pickle.loads(pickle.dumps(err))
+    assert again.not_sent == err.not_sent and again.failed == err.failed
+
+
+def test_a_key_refused_mid_run_stops_reading_and_keeps_the_work_done(emu, client_kind):
+    read = []
+
+    def windows():
+        for i in range(len(MANY)):
+            if i == 10:  # windows 0-8 are done by now: the batch holds 2 windows at concurrency 1
+                emu.inject("POST", "/query", 401, times=None)
+            read.append(i)
+            yield MANY[i]
+
+    with pytest.raises(EmbedManyError) as info:
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, windows(), concurrency=1), **options(emu))
+    err = info.value
+    assert isinstance(err.__cause__, AuthenticationError)
+    assert len(read) <= 14, "the iterator is not read on once nothing more can be sent"
+    assert err.partial.shape == (len(read), 2, 768) and f"not read past windows[{len(read) - 1}]" in str(err)
+    done = [i for i in range(len(read)) if i not in err.failed]
+    assert set(range(9)) <= set(done)
+    emu.clear_faults()
+    np.testing.assert_array_equal(err.partial[done], one_by_one(emu, MANY[done]))
+
+
+def test_a_failure_of_one_window_does_not_stop_the_batch(emu, client_kind):
+    emu.inject("POST", "/query", 503, times=3)
+    emu.inject("POST", "/query", 413, times=1)
+    with pytest.raises(EmbedManyError) as info:
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, MANY[:60], concurrency=4), **options(emu, max_retries=0))
+    err = info.value
+    assert err.not_sent == [] and len(err.failed) == 4 and "failed after their retries" in str(err)
+    assert len(calls(emu, "/query")) == 60, "every window was tried"
 
 
 def test_an_iterator_is_read_only_as_far_as_the_batch_holds(emu, client_kind):

@@ -143,7 +143,10 @@ class _Run:
         )
 
     def feed(self) -> None:
-        """Hands the batch as many windows as it has room for."""
+        """Hands the batch as many windows as it has room for; none once it has stopped."""
+        if self.batch.stopped_by is not None:
+            self.exhausted = True  # nothing more will be sent, so nothing more is read
+            return
         room = self.batch.room
         if room == 0 or self.exhausted:
             return
@@ -163,24 +166,55 @@ class _Run:
 
     def result(self) -> npt.NDArray[np.float32]:
         self.reporter.tick()
-        vectors, failed, first = self.batch.finish()
+        vectors, failed, reported, not_sent = self.batch.finish()
         if self.batch.submitted == 0:
             return np.empty((0, self.source.channels or 0, EMBEDDING_DIM), dtype=np.float32)
+        stopped_by = self.batch.stopped_by
+        if stopped_by is not None:
+            self._stopped(vectors, failed, reported, not_sent, stopped_by)
         if not failed:
             return vectors  # type: ignore[no-any-return]
         hint = ""
-        if isinstance(first, PayloadTooLargeError) and not self.per_channel:
+        if isinstance(reported, PayloadTooLargeError) and not self.per_channel:
             hint = " The encoder refused the request size: per_channel=True sends one request per channel."
         raise EmbedManyError(
             f"{len(failed)} of {len(vectors)} windows failed after their retries, the first windows[{failed[0]}]: "
-            f"{first}.{hint} The others are in .partial (NaN rows for the failed ones, listed in .failed).",
+            f"{_sentence(reported)}.{hint} The others are in .partial (NaN rows for the failed ones, listed in "
+            ".failed).",
             partial=vectors,
             failed=failed,
-        ) from first
+        ) from reported
+
+    def _stopped(self, vectors: Any, failed: list[int], reported: Any, not_sent: list[int], stopped_by: int) -> None:
+        """Raises for a batch that stopped on an error no window escapes. With a known number of
+        windows, ``partial`` still has a row for each (NaN for those never handed over), so
+        ``e.partial[e.failed] = client.embed_many(model, windows[e.failed])`` completes it."""
+        read, total = len(vectors), self.source.total
+        if total is not None and total > read:
+            whole = np.full((total,) + vectors.shape[1:], np.nan, dtype=np.float32)
+            whole[:read] = vectors
+            vectors, not_sent = whole, [*not_sent, *range(read, total)]
+        missing = sorted({*failed, *not_sent})
+        unread = f" The iterator was not read past windows[{read - 1}]." if total is None else ""
+        raise EmbedManyError(
+            f"embed_many stopped at windows[{stopped_by}]: {_sentence(reported)}. That error would repeat for "
+            f"every window (it is about the key, the model or the address, not the data), so nothing more was "
+            f"sent: {len(vectors) - len(missing)} of {len(vectors)} windows were embedded and are in .partial; the "
+            f"{len(missing)} others are NaN rows, listed in .failed ({len(not_sent)} of them never sent, listed in "
+            f".not_sent).{unread}",
+            partial=vectors,
+            failed=missing,
+            not_sent=not_sent,
+        ) from reported
 
     def close(self) -> None:
         self.batch.cancel()
         self.reporter.close()
+
+
+def _sentence(error: Any) -> str:
+    """An error's message to go before a full stop of ours (most already end with one)."""
+    return str(error).rstrip(".")
 
 
 def embed_many_sync(core: Any, model: Any, windows: Any, **options: Any) -> npt.NDArray[np.float32]:

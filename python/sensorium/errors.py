@@ -96,9 +96,15 @@ def _rebuild_job_failed_error(message: str, job: Any, errors: list[str]) -> JobF
 
 
 class EmbedManyError(SensoriumError):
-    """Some windows of ``embed_many`` still failed after their retries; every other window was
-    embedded. ``partial`` is the float32 array (N, channels, 768) with NaN rows for the failed
-    windows, ``failed`` their indices (ascending), and ``__cause__`` the first failure.
+    """Some windows of ``embed_many`` were not embedded. ``partial`` is the float32 array (N,
+    channels, 768) with NaN rows for them, ``failed`` their indices (ascending), and
+    ``__cause__`` the error to fix.
+
+    Usually a few windows failed after their retries and every other window was embedded. An
+    error no window can escape (the key refused, an unknown model, an address with no encoder)
+    stops the batch instead: nothing more is sent, ``__cause__`` is that error, and
+    ``not_sent`` lists the windows never sent (they are in ``failed`` too; an iterator is not
+    read further).
 
     Example::
 
@@ -110,17 +116,27 @@ class EmbedManyError(SensoriumError):
             vectors[e.failed] = retry
     """
 
-    def __init__(self, message: str, *, partial: Any = None, failed: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        partial: Any = None,
+        failed: list[int] | None = None,
+        not_sent: list[int] | None = None,
+    ) -> None:
         super().__init__(message)
         self.partial = partial
         self.failed = list(failed or [])
+        self.not_sent = list(not_sent or [])
 
     def __reduce__(self) -> Any:
-        return (_rebuild_embed_many_error, (str(self), self.partial, self.failed))
+        return (_rebuild_embed_many_error, (str(self), self.partial, self.failed, self.not_sent))
 
 
-def _rebuild_embed_many_error(message: str, partial: Any, failed: list[int]) -> EmbedManyError:
-    return EmbedManyError(message, partial=partial, failed=failed)
+def _rebuild_embed_many_error(
+    message: str, partial: Any, failed: list[int], not_sent: list[int] | None = None
+) -> EmbedManyError:
+    return EmbedManyError(message, partial=partial, failed=failed, not_sent=not_sent)
 
 
 class WaitTimeoutError(SensoriumError, TimeoutError):

@@ -40,8 +40,9 @@ impl EmbedBatch {
     }
 }
 
-/// What `finish` hands back: the vectors, the failed windows' indices, the first failure.
-type Finished<'py> = (Bound<'py, PyArray3<f32>>, Vec<usize>, Option<Py<PyAny>>);
+/// What `finish` hands back: the vectors, the failed windows' indices, the error to report (the
+/// one that stopped the batch, else the first failure), and the windows not sent.
+type Finished<'py> = (Bound<'py, PyArray3<f32>>, Vec<usize>, Option<Py<PyAny>>, Vec<usize>);
 
 #[pymethods]
 impl EmbedBatch {
@@ -64,6 +65,13 @@ impl EmbedBatch {
     #[getter]
     fn finished(&self) -> usize {
         self.batch.finished()
+    }
+
+    /// The window whose error stopped the batch (a refused key, an unknown model...), after
+    /// which nothing more is sent; `None` while it runs on.
+    #[getter]
+    fn stopped_by(&self) -> Option<usize> {
+        self.batch.stopped_by()
     }
 
     /// Serialises and starts `windows` (an iterable of numpy windows: a 3-D array's first axis
@@ -97,7 +105,8 @@ impl EmbedBatch {
     }
 
     /// Once nothing is pending: the (N, channels, 768) float32 array (NaN rows where a window
-    /// failed), the failed indices, and the first failure's exception (`None` when none failed).
+    /// failed or was not sent), the failed indices, the exception to report (`None` when none
+    /// failed), and the indices of the windows not sent.
     fn finish<'py>(&self, py: Python<'py>) -> PyResult<Finished<'py>> {
         guard("embed_many", || {
             if self.batch.pending() != 0 {
@@ -107,8 +116,13 @@ impl EmbedBatch {
             let array = Array3::from_shape_vec((outcome.windows, outcome.channels, EMBEDDING_DIM), outcome.vectors)
                 .map_err(|e| internal_error("embed_many: building the result", &e.to_string()))?;
             let failed: Vec<usize> = outcome.failures.iter().map(|(i, _)| *i).collect();
-            let first = outcome.failures.into_iter().next().map(|(_, err)| to_pyerr(py, err).into_value(py).into_any());
-            Ok((PyArray3::from_owned_array(py, array), failed, first))
+            // The error that stopped the batch explains the windows not sent; else the first.
+            let reported = match outcome.stopped_by {
+                Some(index) => outcome.failures.into_iter().find(|(i, _)| *i == index),
+                None => outcome.failures.into_iter().next(),
+            };
+            let reported = reported.map(|(_, err)| to_pyerr(py, err).into_value(py).into_any());
+            Ok((PyArray3::from_owned_array(py, array), failed, reported, outcome.not_sent))
         })
     }
 }

@@ -5,11 +5,13 @@
 //! waits for room; each window runs as a task on the runtime whose requests share a semaphore
 //! (the bound on requests in flight) and a [`Pacer`] (the server's rate, learnt from 429s), and
 //! go through the transport's retry rule. A window that still fails leaves NaN rows and its error;
-//! the others carry on. Cancelling the batch drops every request in flight.
+//! the others carry on, unless the error is one no window can escape (a refused key, an unknown
+//! model, a wrong address: [`stops_the_batch`]): then the batch sends nothing more, and the
+//! windows not sent are reported as such. Cancelling the batch drops every request in flight.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -51,6 +53,10 @@ pub struct BatchOutcome {
     pub vectors: Vec<f32>,
     /// Failed windows in index order, with their errors.
     pub failures: Vec<(usize, Error)>,
+    /// Windows never sent because the batch stopped, ascending.
+    pub not_sent: Vec<usize>,
+    /// The window whose error stopped the batch, if one did.
+    pub stopped_by: Option<usize>,
 }
 
 pub struct Batch {
@@ -64,6 +70,9 @@ pub struct Batch {
     channels: Mutex<Option<usize>>,
     vectors: Mutex<Vec<f32>>,
     failures: Mutex<BTreeMap<usize, Error>>,
+    not_sent: Mutex<Vec<usize>>,
+    /// Set once, by the first window whose error [`stops_the_batch`].
+    stopped_by: OnceLock<usize>,
     submitted: AtomicUsize,
     finished: AtomicUsize,
     /// Bumped on every finished window; waiters watch it.
@@ -84,6 +93,8 @@ impl Batch {
             channels: Mutex::new(None),
             vectors: Mutex::new(Vec::new()),
             failures: Mutex::new(BTreeMap::new()),
+            not_sent: Mutex::new(Vec::new()),
+            stopped_by: OnceLock::new(),
             submitted: AtomicUsize::new(0),
             finished: AtomicUsize::new(0),
             progress: watch::channel(0).0,
@@ -109,6 +120,12 @@ impl Batch {
 
     pub fn finished(&self) -> usize {
         self.finished.load(Ordering::Acquire)
+    }
+
+    /// The window whose error stopped the batch: nothing is sent after it, and the caller
+    /// should submit no more.
+    pub fn stopped_by(&self) -> Option<usize> {
+        self.stopped_by.get().copied()
     }
 
     /// Checks a window against the first one (every window needs the same channel count) and
@@ -153,18 +170,26 @@ impl Batch {
         let answers = futures_util::future::join_all(requests).await;
         let mut rows: Vec<Vec<f32>> = Vec::with_capacity(answers.len());
         let mut failure = None;
+        let mut unsent = false;
         for answer in answers {
             match answer {
-                Ok(data) => rows.push(data),
-                Err(err) => {
+                Some(Ok(data)) => rows.push(data),
+                Some(Err(err)) => {
                     failure.get_or_insert(err);
                 }
+                None => unsent = true,
             }
         }
         match failure {
             Some(err) => {
+                if stops_the_batch(&err) {
+                    let _ = self.stopped_by.set(index);
+                }
                 self.failures.lock().insert(index, err);
             }
+            // Some of a per-channel window's requests may have been answered; without the
+            // others the window is not embedded.
+            None if unsent => self.not_sent.lock().push(index),
             None => {
                 let row = window.channels * EMBEDDING_DIM;
                 let mut vectors = self.vectors.lock();
@@ -182,15 +207,18 @@ impl Batch {
         self.progress.send_replace(done);
     }
 
-    async fn request(&self, body: Bytes, rows: usize) -> Result<Vec<f32>, Error> {
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| Error::Config("embed_many: the batch was closed".into()))?;
+    /// One request's answer, or `None` when the batch stopped before it was sent.
+    async fn request(&self, body: Bytes, rows: usize) -> Option<Result<Vec<f32>, Error>> {
+        let _permit = match self.permits.acquire().await {
+            Ok(permit) => permit,
+            Err(_) => return Some(Err(Error::Config("embed_many: the batch was closed".into()))),
+        };
+        if self.stopped_by.get().is_some() {
+            return None;
+        }
         let transport = &self.transport;
         let call = transport.query_call(body);
-        transport
+        let answer = transport
             .execute_paced(
                 &call,
                 |response| async move {
@@ -199,7 +227,8 @@ impl Batch {
                 },
                 Some(&self.pacer),
             )
-            .await
+            .await;
+        Some(answer)
     }
 
     /// Resolves once windows have finished since `seen` finished windows and either a quarter of
@@ -223,12 +252,69 @@ impl Batch {
         let channels = self.channels.lock().unwrap_or(0);
         let vectors = std::mem::take(&mut *self.vectors.lock());
         let failures = std::mem::take(&mut *self.failures.lock()).into_iter().collect();
-        BatchOutcome { windows: self.submitted(), channels, vectors, failures }
+        let mut not_sent = std::mem::take(&mut *self.not_sent.lock());
+        not_sent.sort_unstable();
+        BatchOutcome { windows: self.submitted(), channels, vectors, failures, not_sent, stopped_by: self.stopped_by() }
+    }
+}
+
+/// Whether `err` says nothing about the window and everything about the call, so every window
+/// after it would fail the same way: the key refused (401) or not allowed (403), an address with
+/// no encoder behind it (404), an unknown model (400 `invalid_model_version`), a model that is
+/// not an encoder, or a client without its configuration. Sending the rest would only repeat the
+/// error (a typo in the model name would cost 4,000 requests, and an iterator would be read to
+/// its end for nothing). A failure that depends on the window or on the moment (a 413 for one
+/// body's size, a 5xx or 429 after its retries, a failed query) leaves the others running.
+fn stops_the_batch(err: &Error) -> bool {
+    match err {
+        Error::Api(api) => {
+            matches!(api.status, 401 | 403 | 404)
+                || (api.status == 400 && api.errors.iter().any(|e| e.code.as_deref() == Some("invalid_model_version")))
+        }
+        Error::InvalidArgument { argument, .. } => argument == "model",
+        Error::Config(_) => true,
+        _ => false,
     }
 }
 
 impl Drop for Batch {
     fn drop(&mut self) {
         self.cancel.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::error::ApiError;
+
+    fn api(status: u16, body: &str) -> Error {
+        Error::Api(Box::new(ApiError::from_body(status, "POST", "http://127.0.0.1/v0.5/query", body.to_string(), None)))
+    }
+
+    #[test]
+    fn errors_about_the_call_stop_the_batch_and_errors_about_a_window_do_not() {
+        let envelope = |code: &str| format!(r#"{{"errors": [{{"code": "{code}", "message": "m"}}]}}"#);
+        for stops in [
+            api(401, &envelope("unauthorized")),
+            api(403, &envelope("forbidden")),
+            api(404, r#"{"detail": "Not Found"}"#),
+            api(400, &envelope("invalid_model_version")),
+            Error::invalid_argument("model", "answered with text, not embeddings"),
+            Error::Config("no API key".into()),
+        ] {
+            assert!(stops_the_batch(&stops), "{stops}");
+        }
+        for goes_on in [
+            api(400, &envelope("invalid_parameter_type")),
+            api(413, &envelope("payload_too_large")),
+            api(429, &envelope("rate_limited")),
+            api(503, &envelope("unavailable")),
+            Error::Connection { message: "reset".into() },
+            Error::Timeout { message: "read".into() },
+            Error::invalid_argument("windows[3]", "holds a NaN"),
+        ] {
+            assert!(!stops_the_batch(&goes_on), "{goes_on}");
+        }
     }
 }
