@@ -465,16 +465,14 @@ where
 {
     let mut fut = Box::pin(contain_panics(call, fut));
     loop {
-        // The timer is made inside `block_on`: it needs the lane's runtime to be current.
-        let (slice, raised) = super::interrupts::catching(|| {
-            py.detach(|| lane.block_on(async { tokio::time::timeout(SIGNAL_CHECK_INTERVAL, fut.as_mut()).await }))
-        });
+        let (slice, raised) =
+            super::interrupts::catching(|| py.detach(|| lane.block_on_slice(&mut fut, SIGNAL_CHECK_INTERVAL)));
         // A Ctrl-C that landed in Python code run on the side (a log line delivered), or one
         // that is pending.
         let interrupted = match (raised, &slice) {
             (Some(raised), _) => Some(raised),
-            (None, Ok(_)) => None,
-            (None, Err(_elapsed)) => py.check_signals().err(),
+            (None, Some(_)) => None,
+            (None, None) => py.check_signals().err(),
         };
         if let Some(err) = interrupted {
             // Dropped where its connections' tasks live.
@@ -482,7 +480,7 @@ where
             drop(fut);
             return Err(err);
         }
-        if let Ok(result) = slice {
+        if let Some(result) = slice {
             return result;
         }
     }

@@ -17,10 +17,12 @@
 //! idle timeout are closed the next time a lane is taken.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::runtime::{EnterGuard, Runtime};
+use tokio::time::Sleep;
 
 use super::error::Error;
 use super::fork;
@@ -32,6 +34,9 @@ pub struct Lane {
     runtime: Option<Runtime>,
     http: reqwest::Client,
     idle_since: Instant,
+    /// The timer that ends a slice of [`Lane::block_on_slice`], kept from call to call (see
+    /// there); made by the first slice, inside the runtime it belongs to.
+    slice_end: Mutex<Option<Pin<Box<Sleep>>>>,
 }
 
 impl Lane {
@@ -41,7 +46,7 @@ impl Lane {
             .build()
             .map_err(|e| Error::Config(format!("could not start an I/O loop for blocking calls: {e}")))?;
         let http = build_http_client(connect_timeout)?;
-        Ok(Lane { runtime: Some(runtime), http, idle_since: Instant::now() })
+        Ok(Lane { runtime: Some(runtime), http, idle_since: Instant::now(), slice_end: Mutex::new(None) })
     }
 
     fn runtime(&self) -> &Runtime {
@@ -73,6 +78,33 @@ impl Lane {
         })
     }
 
+    /// [`Lane::block_on`] for at most about `slice`: `None` if `fut` has not finished by then (it
+    /// can be polled on by another call). Blocking calls wait in slices so the caller can check
+    /// for Ctrl-C in between.
+    ///
+    /// The timer is the lane's, kept from call to call and set again only once it has fired.
+    /// Making one per call cost a system call per call: registering a timer earlier than any the
+    /// runtime knows wakes its I/O driver (an eventfd write), even when, as here, the driver is
+    /// not asleep. So a slice ends up to `slice` after the timer was last set, which may be
+    /// sooner than `slice` from now; a caller only checks for Ctrl-C and goes on.
+    pub fn block_on_slice<F: Future + Unpin>(&self, fut: &mut F, slice: Duration) -> Option<F::Output> {
+        let mut slice_end = self.slice_end.lock();
+        self.block_on(async {
+            let slice_end = slice_end.get_or_insert_with(|| Box::pin(tokio::time::sleep(slice)));
+            // After `block_on`'s yields, which let the runtime see a deadline that passed while
+            // nobody drove the lane.
+            if slice_end.is_elapsed() {
+                let next = tokio::time::Instant::now() + slice;
+                slice_end.as_mut().reset(next);
+            }
+            tokio::select! {
+                biased;
+                output = fut => Some(output),
+                () = slice_end.as_mut() => None,
+            }
+        })
+    }
+
     /// Makes the lane's runtime current, for dropping a future that belongs to it outside
     /// `block_on`.
     pub fn enter(&self) -> EnterGuard<'_> {
@@ -82,6 +114,8 @@ impl Lane {
 
 impl Drop for Lane {
     fn drop(&mut self) {
+        // The timer goes while its runtime is still there.
+        drop(self.slice_end.lock().take());
         // Without waiting for anything: a lane may be dropped from inside another runtime's
         // task, where a blocking shutdown would panic.
         if let Some(runtime) = self.runtime.take() {
@@ -224,6 +258,24 @@ mod tests {
 
     async fn get(lane_http: &reqwest::Client, url: &str) -> Result<String, reqwest::Error> {
         lane_http.get(url).send().await?.text().await
+    }
+
+    #[test]
+    fn a_slice_ends_on_the_lanes_timer_and_the_same_future_goes_on_in_the_next() {
+        let lanes = Lanes::new(Duration::from_secs(5), fork::generation());
+        let lane = lanes.take().expect("a lane");
+        let slice = Duration::from_millis(5);
+        let mut never = std::future::pending::<()>();
+        for _ in 0..3 {
+            // Each slice ends although the future never does: the timer is set again once fired.
+            assert_eq!(lane.block_on_slice(&mut never, slice), None);
+        }
+        // A future polled across slices keeps its state, and a ready one ends its slice at once.
+        let (tx, mut rx) = tokio::sync::oneshot::channel::<u8>();
+        assert_eq!(lane.block_on_slice(&mut rx, slice), None);
+        tx.send(7).expect("send");
+        assert_eq!(lane.block_on_slice(&mut rx, slice), Some(Ok(7)));
+        lanes.give_back(lane);
     }
 
     #[test]
