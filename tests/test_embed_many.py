@@ -176,7 +176,7 @@ def test_a_failure_of_one_window_does_not_stop_the_batch(emu, client_kind):
     with pytest.raises(EmbedManyError) as info:
         run_on(client_kind, lambda c: c.embed_many(ENCODER, MANY[:60], concurrency=4), **options(emu, max_retries=0))
     err = info.value
-    assert err.not_sent == [] and len(err.failed) == 4 and "failed after their retries" in str(err)
+    assert err.not_sent == [] and len(err.failed) == 4 and "4 of 60 windows failed" in str(err)
     assert len(calls(emu, "/query")) == 60, "every window was tried"
 
 
@@ -243,14 +243,49 @@ def test_bad_model_is_named(emu, client_kind):
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
-def test_a_nan_in_an_iterated_window_names_it(emu, client_kind, per_channel):
-    bad = WINDOWS[:3].copy()
+def test_a_nan_in_an_iterated_window_fails_that_window_alone_and_names_it(emu, client_kind, per_channel):
+    bad = WINDOWS[:4].copy()
     bad[2, 1, 5] = np.nan
-    with pytest.raises(InvalidArgumentError) as info:
+    with pytest.raises(EmbedManyError) as info:
         run_on(client_kind, lambda c: c.embed_many(ENCODER, iter(list(bad)), per_channel=per_channel), **options(emu))
-    assert info.value.argument == "windows[2]" and "NaN" in str(info.value)
+    err, cause = info.value, info.value.__cause__
+    assert err.failed == [2] and err.not_sent == []
+    assert isinstance(cause, InvalidArgumentError) and cause.argument == "windows[2]" and "NaN" in str(cause)
     # Where in the window, whether the channels go in one request or one each.
-    assert "channel 1, index 5" in str(info.value)
+    assert "channel 1, index 5" in str(cause) and "windows[2]: holds a NaN" in str(err)
+    assert "windows[2]: windows[2]" not in str(err)
+    np.testing.assert_array_equal(err.partial[[0, 1, 3]], one_by_one(emu, bad[[0, 1, 3]]))
+    assert np.isnan(err.partial[2]).all()
+
+
+def test_one_bad_window_in_an_array_costs_one_row_not_the_work_done(emu, client_kind):
+    windows = MANY[:40].copy()
+    windows[25, 1, 3] = np.inf
+    with pytest.raises(EmbedManyError) as info:
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, windows, concurrency=4), **options(emu))
+    err = info.value
+    assert err.failed == [25] and isinstance(err.__cause__, InvalidArgumentError)
+    assert len(calls(emu, "/query")) == 39, "every other window was sent, the bad one was not"
+    keep = [i for i in range(40) if i != 25]
+    np.testing.assert_array_equal(err.partial[keep], one_by_one(emu, windows[keep]))
+
+
+def test_items_of_an_iterator_that_are_not_windows_fail_alone(emu, client_kind):
+    items = [MANY[0], "not a window", MANY[1], np.zeros((3, 16)), MANY[2], np.zeros((2, 2, 16))]
+    with pytest.raises(EmbedManyError) as info:
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, iter(items)), **options(emu))
+    err = info.value
+    assert err.failed == [1, 3, 5] and err.partial.shape == (6, 2, 768)
+    assert isinstance(err.__cause__, InvalidArgumentError) and err.__cause__.argument == "windows[1]"
+    np.testing.assert_array_equal(err.partial[[0, 2, 4]], one_by_one(emu, MANY[:3]))
+
+
+def test_an_iterator_of_nothing_but_bad_windows_sends_nothing(emu, client_kind):
+    nan = np.full((2, 16), np.nan)
+    with pytest.raises(EmbedManyError) as info:
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, iter([nan, nan, nan])), **options(emu))
+    assert info.value.failed == [0, 1, 2] and calls(emu, "/query") == []
+    assert info.value.partial.shape[0] == 3 and np.isnan(info.value.partial).all()
 
 
 def test_ctrl_c_stops_the_whole_batch(emu):

@@ -35,6 +35,13 @@ def _window(item: Any, index: int) -> Any:
     return array
 
 
+def _window_or_error(item: Any, index: int) -> Any:
+    try:
+        return _window(item, index)
+    except InvalidArgumentError as e:
+        return e
+
+
 class _Source:
     """The windows, handed out in chunks. ``channels`` is known up front except for iterators."""
 
@@ -89,14 +96,15 @@ class _Source:
         self.total = hint if hint >= 0 and not isinstance(windows, Iterator) else None
 
     def take(self, count: int) -> Any:
-        """The next ``count`` windows at most (empty at the end)."""
+        """The next ``count`` windows at most (empty at the end). An item of an iterator that is
+        not a window comes back as its ``InvalidArgumentError``, to fail alone."""
         start = self._next
         if self._array is not None:
             chunk: Any = self._array[start : start + count]
             self._next += len(chunk)
             return chunk
         assert self._items is not None
-        chunk = [_window(w, start + k) for k, w in enumerate(itertools.islice(self._items, count))]
+        chunk = [_window_or_error(w, start + k) for k, w in enumerate(itertools.islice(self._items, count))]
         self._next += len(chunk)
         return chunk
 
@@ -153,6 +161,18 @@ class _Run:
         chunk = self.source.take(room)
         if len(chunk) == 0:
             self.exhausted = True
+        elif isinstance(chunk, list) and any(isinstance(w, InvalidArgumentError) for w in chunk):
+            # In order: the runs of good windows between the bad ones.
+            run: list[Any] = []
+            for w in chunk:
+                if isinstance(w, InvalidArgumentError):
+                    self.batch.push(run)
+                    run = []
+                    argument = w.argument or "windows"
+                    self.batch.fail(argument, str(w).removeprefix(f"{argument}: "))
+                else:
+                    run.append(w)
+            self.batch.push(run)
         else:
             self.batch.push(chunk)
 
@@ -177,18 +197,27 @@ class _Run:
         hint = ""
         if isinstance(reported, PayloadTooLargeError) and not self.per_channel:
             hint = " The encoder refused the request size: per_channel=True sends one request per channel."
+        first = f"windows[{failed[0]}]: "
         raise EmbedManyError(
-            f"{len(failed)} of {len(vectors)} windows failed after their retries, the first windows[{failed[0]}]: "
-            f"{_sentence(reported)}.{hint} The others are in .partial (NaN rows for the failed ones, listed in "
-            ".failed).",
-            partial=vectors,
+            f"{len(failed)} of {len(vectors)} windows failed, the first {first}"
+            f"{_sentence(reported).removeprefix(first)}.{hint} The others are in .partial (NaN rows for the failed "
+            "ones, listed in .failed).",
+            partial=self._shaped(vectors),
             failed=failed,
         ) from reported
+
+    def _shaped(self, vectors: Any) -> Any:
+        """``vectors`` with the input's channels even when no window was sent (the core learns the
+        channel count from the first window it sends)."""
+        if vectors.shape[1] == 0 and self.source.channels:
+            return np.full((len(vectors), self.source.channels, EMBEDDING_DIM), np.nan, dtype=np.float32)
+        return vectors
 
     def _stopped(self, vectors: Any, failed: list[int], reported: Any, not_sent: list[int], stopped_by: int) -> None:
         """Raises for a batch that stopped on an error no window escapes. With a known number of
         windows, ``partial`` still has a row for each (NaN for those never handed over), so
         ``e.partial[e.failed] = client.embed_many(model, windows[e.failed])`` completes it."""
+        vectors = self._shaped(vectors)
         read, total = len(vectors), self.source.total
         if total is not None and total > read:
             whole = np.full((total,) + vectors.shape[1:], np.nan, dtype=np.float32)

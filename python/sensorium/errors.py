@@ -100,8 +100,8 @@ class EmbedManyError(SensoriumError):
     channels, 768) with NaN rows for them, ``failed`` their indices (ascending), and
     ``__cause__`` the error to fix.
 
-    Usually a few windows failed after their retries and every other window was embedded. An
-    error no window can escape (the key refused, an unknown model, an address with no encoder)
+    Usually a few windows failed (after their retries, or without being sent: a NaN, a wrong
+    shape) and every other window was embedded. An error no window can escape (the key refused, an unknown model, an address with no encoder)
     stops the batch instead: nothing more is sent, ``__cause__`` is that error, and
     ``not_sent`` lists the windows never sent (they are in ``failed`` too; an iterator is not
     read further).

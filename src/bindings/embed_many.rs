@@ -75,18 +75,29 @@ impl EmbedBatch {
     }
 
     /// Serialises and starts `windows` (an iterable of numpy windows: a 3-D array's first axis
-    /// or a list), numbered on from the windows pushed before.
+    /// or a list), numbered on from the windows pushed before. A window that cannot be sent as
+    /// it is (a NaN, a wrong shape) is recorded as failed and the others go on.
     fn push(&self, py: Python<'_>, windows: &Bound<'_, PyAny>) -> PyResult<()> {
         guard("embed_many", || {
             let handle = runtime::runtime()?.handle().clone();
             for window in windows.try_iter()? {
                 let window = window?;
                 let arg = format!("windows[{}]", self.batch.submitted());
-                let prepared = self.prepare(&window, &arg).map_err(|e| to_pyerr(py, e))?;
-                self.batch.submit(&handle, prepared).map_err(|e| to_pyerr(py, e))?;
+                match self.prepare(&window, &arg) {
+                    Ok(prepared) => self.batch.submit(&handle, prepared).map_err(|e| to_pyerr(py, e))?,
+                    Err(err @ Error::InvalidArgument { .. }) => self.batch.fail_unsent(err),
+                    // A Ctrl-C while a window was read, or a bug: the caller's.
+                    Err(err) => return Err(to_pyerr(py, err)),
+                }
             }
             Ok(())
         })
+    }
+
+    /// Records the next window as failed without sending it, for a window the caller could not
+    /// even read as an array (`argument` names it, `message` says why).
+    fn fail(&self, argument: &str, message: &str) {
+        self.batch.fail_unsent(Error::invalid_argument(argument, message));
     }
 
     /// Waits (GIL released; Ctrl-C raises) until windows finished after `seen` had and room is

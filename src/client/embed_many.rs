@@ -105,7 +105,9 @@ impl Batch {
     /// How many more windows the caller may submit before waiting.
     pub fn room(&self) -> usize {
         match self.capacity.load(Ordering::Acquire) {
-            0 => 1 - self.submitted().min(1),
+            // Until a first window is sent and says how many requests a window takes: one at a
+            // time (windows that could not be prepared finish at once, and take no room).
+            0 => usize::from(self.pending() == 0),
             capacity => capacity.saturating_sub(self.pending()),
         }
     }
@@ -144,10 +146,15 @@ impl Batch {
             }
             let expected = *channels.get_or_insert(window.channels);
             if window.channels != expected {
-                return Err(Error::invalid_argument(
+                drop(channels);
+                self.fail_unsent(Error::invalid_argument(
                     &format!("windows[{index}]"),
-                    format!("has {} channels where windows[0] has {expected}; every window needs the same channels", window.channels),
+                    format!(
+                        "has {} channels where the windows before have {expected}; every window needs the same channels",
+                        window.channels
+                    ),
                 ));
+                return Ok(());
             }
             let row = expected * EMBEDDING_DIM;
             self.vectors.lock().resize((index + 1) * row, f32::NAN);
@@ -162,6 +169,17 @@ impl Batch {
             }
         });
         Ok(())
+    }
+
+    /// Records the next window as failed without sending it: one that could not be prepared (a
+    /// NaN, a wrong shape or channel count). It fails alone; the others go on, as a window whose
+    /// requests failed does, so one bad window in an hour of data costs one NaN row.
+    pub fn fail_unsent(&self, err: Error) {
+        let index = self.submitted.load(Ordering::Acquire);
+        self.failures.lock().insert(index, err);
+        self.submitted.fetch_add(1, Ordering::AcqRel);
+        let done = self.finished.fetch_add(1, Ordering::AcqRel) + 1;
+        self.progress.send_replace(done);
     }
 
     async fn run_window(&self, index: usize, window: PreparedWindow) {
@@ -250,7 +268,9 @@ impl Batch {
     /// to reach 0 first). Leaves the batch empty.
     pub fn take_outcome(&self) -> BatchOutcome {
         let channels = self.channels.lock().unwrap_or(0);
-        let vectors = std::mem::take(&mut *self.vectors.lock());
+        let mut vectors = std::mem::take(&mut *self.vectors.lock());
+        // Rows for failed windows after the last one sent.
+        vectors.resize(self.submitted() * channels * EMBEDDING_DIM, f32::NAN);
         let failures = std::mem::take(&mut *self.failures.lock()).into_iter().collect();
         let mut not_sent = std::mem::take(&mut *self.not_sent.lock());
         not_sent.sort_unstable();
