@@ -52,6 +52,19 @@ def test_one_dimensional_recording_is_one_channel():
     assert w.shape == (2, 1, 4)
 
 
+def test_a_series_is_one_channel():
+    series = pd.Series(REC[:, 2], name="temp")
+    w = sensorium.windows(series, window=4, step=3)
+    assert w.shape == (3, 1, 4)
+    np.testing.assert_array_equal(w, sensorium.windows(REC, window=4, step=3, columns=[2]))
+    # Its name is its column, as in a DataFrame.
+    np.testing.assert_array_equal(sensorium.windows(series, window=4, step=3, columns=["temp"]), w)
+    with pytest.raises(InvalidArgumentError, match="columns"):
+        sensorium.windows(series, window=4, columns=["pressure"])
+    with pytest.raises(InvalidArgumentError, match="not numeric"):
+        sensorium.windows(pd.Series(["x"] * 4), window=2)
+
+
 def test_goes_straight_into_embed_many(client):
     w = sensorium.windows(np.random.default_rng(0).normal(size=(300, 2)), window=100)
     vectors = client.embed_many("Encoder::encoder_embeddings_01", w)

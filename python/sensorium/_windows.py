@@ -29,8 +29,8 @@ def _positive_int(value: Any, argument: str) -> int:
     return number
 
 
-def _is_dataframe(data: Any) -> bool:
-    return type(data).__module__.startswith("pandas") and type(data).__name__ == "DataFrame"
+def _is_pandas(data: Any, kind: str) -> bool:
+    return type(data).__module__.startswith("pandas") and type(data).__name__ == kind
 
 
 def _recording(data: Any, columns: Optional[Sequence[Any]]) -> np.ndarray:
@@ -42,7 +42,10 @@ def _recording(data: Any, columns: Optional[Sequence[Any]]) -> np.ndarray:
         )
     if columns is not None and len(columns) == 0:
         raise InvalidArgumentError("columns: is empty; pick at least one channel", argument="columns")
-    if _is_dataframe(data):
+    if _is_pandas(data, "Series"):
+        # One channel, named by the Series' name as a DataFrame column would be.
+        data = data.to_frame()
+    if _is_pandas(data, "DataFrame"):
         if columns is not None:
             missing = [c for c in columns if c not in data.columns]
             if missing:
@@ -60,7 +63,8 @@ def _recording(data: Any, columns: Optional[Sequence[Any]]) -> np.ndarray:
         return values
     if not isinstance(data, np.ndarray):
         raise InvalidArgumentError(
-            f"data: takes a numpy array or a pandas DataFrame shaped (time, channels), got {type(data).__name__}",
+            f"data: takes a numpy array or a pandas DataFrame shaped (time, channels), or a pandas Series (one "
+            f"channel), got {type(data).__name__}",
             argument="data",
         )
     if data.dtype.kind not in "iuf":
@@ -100,8 +104,8 @@ def windows(
 ) -> npt.NDArray[Any]:
     """Cuts a recording shaped (time, channels) into windows shaped (N, channels, window).
 
-    ``data`` is a numpy array (time, channels) or (time,), or a pandas DataFrame whose rows are
-    time and columns channels. Windows start every ``step`` points (default ``window``: no
+    ``data`` is a numpy array (time, channels) or (time,), a pandas DataFrame whose rows are
+    time and columns channels, or a pandas Series (one channel). Windows start every ``step`` points (default ``window``: no
     overlap); a tail shorter than a window is left out. ``columns`` picks and orders the channels:
     column names for a DataFrame, indices for an array.
 
