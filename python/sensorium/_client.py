@@ -243,10 +243,10 @@ class Client(_BaseClient):
         :class:`~sensorium.errors.EmbedManyError` names the first failed index, its ``partial``
         holds every vector computed (NaN rows for the failed windows) and ``__cause__`` the first
         failure. A window that cannot be sent (a NaN or infinity, a wrong shape or channel count)
-        fails alone in the same way, without a request. An error that would repeat for every window (the key refused, an unknown model,
-        an address with no encoder) stops the batch at once instead of sending the rest; the
-        ``EmbedManyError`` then lists the windows never sent in ``not_sent``. Ctrl-C stops the
-        whole batch.
+        fails alone in the same way, without a request. An error that would repeat for every
+        window (the key refused, an unknown model, an address with no encoder) stops the batch at
+        once instead of sending the rest; the ``EmbedManyError`` then lists the windows never sent
+        in ``not_sent``. Ctrl-C stops the whole batch.
 
         >>> import numpy as np, sensorium
         >>> recording = np.random.rand(100_000, 4)                                   # (time, channels)

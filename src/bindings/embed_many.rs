@@ -84,7 +84,7 @@ impl EmbedBatch {
                 let window = window?;
                 let arg = format!("windows[{}]", self.batch.submitted());
                 match self.prepare(&window, &arg) {
-                    Ok(prepared) => self.batch.submit(&handle, prepared).map_err(|e| to_pyerr(py, e))?,
+                    Ok(prepared) => self.batch.submit(&handle, prepared),
                     Err(err @ Error::InvalidArgument { .. }) => self.batch.fail_unsent(err),
                     // A Ctrl-C while a window was read, or a bug: the caller's.
                     Err(err) => return Err(to_pyerr(py, err)),

@@ -133,7 +133,7 @@ impl Batch {
     /// Checks a window against the first one (every window needs the same channel count) and
     /// starts it on `runtime`. `index` is the window's position in the input; windows must be
     /// submitted in order.
-    pub fn submit(self: &Arc<Self>, runtime: &tokio::runtime::Handle, window: PreparedWindow) -> Result<(), Error> {
+    pub fn submit(self: &Arc<Self>, runtime: &tokio::runtime::Handle, window: PreparedWindow) {
         let index = self.submitted.load(Ordering::Acquire);
         {
             let mut channels = self.channels.lock();
@@ -154,7 +154,7 @@ impl Batch {
                         window.channels
                     ),
                 ));
-                return Ok(());
+                return;
             }
             let row = expected * EMBEDDING_DIM;
             self.vectors.lock().resize((index + 1) * row, f32::NAN);
@@ -168,7 +168,6 @@ impl Batch {
                 _ = batch.run_window(index, window) => {}
             }
         });
-        Ok(())
     }
 
     /// Records the next window as failed without sending it: one that could not be prepared (a
@@ -178,6 +177,11 @@ impl Batch {
         let index = self.submitted.load(Ordering::Acquire);
         self.failures.lock().insert(index, err);
         self.submitted.fetch_add(1, Ordering::AcqRel);
+        self.mark_finished();
+    }
+
+    /// Counts one more window finished and wakes the waiters.
+    fn mark_finished(&self) {
         let done = self.finished.fetch_add(1, Ordering::AcqRel) + 1;
         self.progress.send_replace(done);
     }
@@ -221,8 +225,7 @@ impl Batch {
                 }
             }
         }
-        let done = self.finished.fetch_add(1, Ordering::AcqRel) + 1;
-        self.progress.send_replace(done);
+        self.mark_finished();
     }
 
     /// One request's answer, or `None` when the batch stopped before it was sent.

@@ -46,6 +46,15 @@ fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
+/// The string member `key` of a control body, `None` when absent or null.
+fn optional_string(m: &Map<String, Value>, key: &str) -> Result<Option<String>, ApiError> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(ApiError::invalid_request(format!("'{key}' must be a string."))),
+    }
+}
+
 fn seconds(v: &Value, name: &str) -> Result<Duration, ApiError> {
     v.as_f64()
         .and_then(|s| Duration::try_from_secs_f64(s).ok())
@@ -55,13 +64,7 @@ fn seconds(v: &Value, name: &str) -> Result<Duration, ApiError> {
 /// Parses a rule from JSON. `times` absent means 1, like the Python API (a forgotten `times`
 /// should not leave a permanent fault); `"times": null` means every time.
 pub(crate) fn rule_from_json(m: &Map<String, Value>) -> Result<FaultRule, ApiError> {
-    let text = |k: &str| -> Result<Option<String>, ApiError> {
-        match m.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(ApiError::invalid_request(format!("'{k}' must be a string."))),
-        }
-    };
+    let text = |k: &str| optional_string(m, k);
     let path = text("path")?.ok_or_else(|| ApiError::invalid_request("'path' is required."))?;
     let status = match m.get("status") {
         None | Some(Value::Null) => None,
@@ -161,15 +164,10 @@ async fn clear_requests(State(shared): State<Arc<Shared>>) -> Json<Value> {
 /// `{id, family}` objects.
 async fn new_key(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Result<Json<Value>, ApiError> {
     let m = object(&body)?;
-    let org = match m.get("org") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(ApiError::invalid_request("'org' must be a string.")),
-    };
-    let role = match m.get("role") {
-        None | Some(Value::Null) => Role::Admin,
-        Some(Value::String(s)) => s.parse::<Role>().map_err(ApiError::invalid_request)?,
-        Some(_) => return Err(ApiError::invalid_request("'role' must be a string.")),
+    let org = optional_string(&m, "org")?;
+    let role = match optional_string(&m, "role")? {
+        None => Role::Admin,
+        Some(s) => s.parse::<Role>().map_err(ApiError::invalid_request)?,
     };
     let models = match m.get("models") {
         None | Some(Value::Null) => None,
@@ -255,11 +253,7 @@ async fn fail_next_job(State(shared): State<Arc<Shared>>, body: bytes::Bytes) ->
         .get("kind")
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::invalid_request("'kind' is required: a string."))?;
-    let error = match m.get("error") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(ApiError::invalid_request("'error' must be a string.")),
-    };
+    let error = optional_string(&m, "error")?;
     let not_ids = || ApiError::invalid_request("'failed_inputs' must be a list of file ids (strings).");
     let failed_inputs: Vec<String> = match m.get("failed_inputs") {
         None | Some(Value::Null) => Vec::new(),
