@@ -291,6 +291,25 @@ def test_download_replaces_an_existing_file(client, tmp_path):
     assert out.read_text() == "fresh"
 
 
+@pytest.mark.skipif(os.name != "posix", reason="file modes")
+@pytest.mark.parametrize("size", [5, 3 * 1024 * 1024 + 17], ids=["gathered in memory", "streamed to disk"])
+def test_download_gets_the_mode_open_would_give(client, tmp_path, size):
+    # As open(path, "w") does: a new file gets 0666 less the umask (not a temporary file's 0600,
+    # which would hide it from the group sharing the folder); a replaced file keeps its mode.
+    client.files.upload_base64("shared.png", os.urandom(size))
+    previous = os.umask(0o027)
+    try:
+        new = client.files.download("shared.png", tmp_path / "new.bin")
+        replaced = make(tmp_path, "replaced.bin", "old")
+        replaced.chmod(0o664)
+        client.files.download("shared.png", replaced)
+    finally:
+        os.umask(previous)
+    assert new.stat().st_mode & 0o777 == 0o640
+    assert replaced.stat().st_mode & 0o777 == 0o664
+    assert replaced.stat().st_size == size
+
+
 def test_download_missing_file_leaves_nothing(emu, client, tmp_path):
     out = tmp_path / "never.txt"
     with pytest.raises(NotFoundError) as info:

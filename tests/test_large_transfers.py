@@ -307,6 +307,31 @@ def test_resume_false_aborts_the_unfinished_upload_and_resends_everything(emu: E
         assert fetched(client, path.name, tmp_path) == digest
 
 
+@pytest.mark.parametrize("other", ["another file of the same name and size", "no local record of it"])
+def test_an_unfinished_upload_not_started_from_this_file_here_is_never_joined(
+    emu: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other: str
+) -> None:
+    # The platform offers any unfinished upload of the same (name, type, size) for resuming; its
+    # parts may hold another file's bytes (another folder, another machine), so they must not
+    # be completed with this file's remaining parts.
+    first, _ = write(tmp_path, "data.jsonl", 3 * PART)
+    (tmp_path / "second").mkdir()
+    second, digest = write(tmp_path / "second", "data.jsonl", 3 * PART)
+    with emu.client(max_retries=0) as client:
+        err = fail_part_for_good(emu, client, first, 3)
+        assert err.resumable and err.upload_id
+        if other == "no local record of it":  # a fresh container, another machine, a Dask worker
+            monkeypatch.setenv("SENSORIUM_CACHE_DIR", str(tmp_path / "empty-cache"))
+            second.unlink()
+            second, digest = write(tmp_path, "data.jsonl", 3 * PART)  # same path, new bytes
+
+        client.files.upload(second, concurrency=2)
+        assert [r.path.split("/")[-2] for r in platform_calls(emu, "/abort")] == [err.upload_id]
+        assert put_numbers(emu) == [1, 2, 3]
+        assert err.upload_id not in put_upload_ids(emu)
+        assert fetched(client, "data.jsonl", tmp_path) == digest
+
+
 def test_abort_upload_discards_it_and_the_next_upload_starts_fresh(emu: Emulator, tmp_path: Path) -> None:
     path, digest = write(tmp_path, "dropped.jsonl", 3 * PART)
     with emu.client(max_retries=0) as client:

@@ -289,7 +289,7 @@ pub async fn download_call(
                 let mut sink = match expected {
                     Some(n) if n as usize <= DOWNLOAD_BUFFER => Sink::Memory(Vec::with_capacity(n as usize)),
                     _ => {
-                        let partial = PartialFile::create(&dir).await?;
+                        let partial = PartialFile::create(&dir, dest).await?;
                         let file = tokio::fs::OpenOptions::new()
                             .write(true)
                             .open(&partial.path)
@@ -371,11 +371,7 @@ async fn land(dir: PathBuf, dest: PathBuf, bytes: Vec<u8>) -> Result<(), Error> 
     let shown = dest.display().to_string();
     tokio::task::spawn_blocking(move || {
         use std::io::Write;
-        let mut temp = tempfile::Builder::new()
-            .prefix(".sensorium-download-")
-            .suffix(".partial")
-            .tempfile_in(&dir)
-            .map_err(|e| Error::io(dir.display(), e))?;
+        let mut temp = partial_beside(&dir, &dest)?;
         temp.write_all(&bytes).map_err(|e| Error::io(temp.path().display(), e))?;
         temp.as_file().sync_all().map_err(|e| Error::io(temp.path().display(), e))?;
         temp.persist(&dest).map_err(|e| Error::io(dest.display(), e.error))?;
@@ -385,6 +381,25 @@ async fn land(dir: PathBuf, dest: PathBuf, bytes: Vec<u8>) -> Result<(), Error> 
     .map_err(|e| Error::io(shown, std::io::Error::other(e)))?
 }
 
+/// A temporary file in `dir` for the bytes of `dest`, with the permissions `open()` would give
+/// `dest`: those of the file it replaces, else 0666 less the umask. (tempfile's own 0600 would
+/// leave every download unreadable to the group that shares its folder, and would narrow the
+/// mode of a file it replaces.)
+fn partial_beside(dir: &Path, dest: &Path) -> Result<tempfile::NamedTempFile, Error> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".sensorium-download-").suffix(".partial");
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let temp = builder.tempfile_in(dir).map_err(|e| Error::io(dir.display(), e))?;
+    #[cfg(unix)]
+    if let Ok(replaced) = std::fs::metadata(dest) {
+        if replaced.is_file() {
+            temp.as_file().set_permissions(replaced.permissions()).map_err(|e| Error::io(temp.path().display(), e))?;
+        }
+    }
+    Ok(temp)
+}
+
 /// A temporary file that is removed unless persisted.
 struct PartialFile {
     path: PathBuf,
@@ -392,12 +407,8 @@ struct PartialFile {
 }
 
 impl PartialFile {
-    async fn create(dir: &Path) -> Result<Self, Error> {
-        let named = tempfile::Builder::new()
-            .prefix(".sensorium-download-")
-            .suffix(".partial")
-            .tempfile_in(dir)
-            .map_err(|e| Error::io(dir.display(), e))?;
+    async fn create(dir: &Path, dest: &Path) -> Result<Self, Error> {
+        let named = partial_beside(dir, dest)?;
         let (_, path) = named.keep().map_err(|e| Error::io(dir.display(), e.error))?;
         Ok(PartialFile { path, keep: false })
     }

@@ -5,11 +5,13 @@
 //! user edits a file after an interrupted upload and keeps its size, a resume would stitch old
 //! and new parts together into a file that never existed. So when an upload starts, the file's
 //! fingerprint (size, modification time, inode) is written next to its upload id; on resume a
-//! changed fingerprint means the unfinished upload is discarded and the file sent afresh.
+//! changed fingerprint means the unfinished upload is discarded and the file sent afresh. An
+//! unfinished upload with no record here (started from another path, on another machine, or
+//! before the cache was cleared) is never resumed either: its parts may be another file's bytes.
 //!
 //! The record lives in `$SENSORIUM_CACHE_DIR`, else `$XDG_CACHE_HOME/sensorium`, else
 //! `~/.cache/sensorium`, under `uploads/`. It holds no secret (the key is not part of it).
-//! Failing to read or write it only loses this protection, never the upload.
+//! Failing to read or write it only costs the resume (the file is sent whole), never the upload.
 
 use std::path::{Path, PathBuf};
 

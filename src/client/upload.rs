@@ -137,37 +137,55 @@ pub async fn upload_direct(
     let num_bytes = meta.len();
     let fingerprint = Fingerprint::of(&meta);
     let state = ResumeState::new(&transport.config.base_url(), path);
-    if let Some(record) = state.load() {
-        if !opts.resume || record.fingerprint != fingerprint {
-            // The file changed since that upload began (or the caller starts over): its parts
-            // must not be joined with this version's. 404/409 mean it is already gone.
+    // The platform matches an unfinished upload by (organization, name, type, size) only, so its
+    // parts may hold another file's bytes: one of another path, another machine, or an edited
+    // copy. Only the upload this machine's record says it started from this very version of the
+    // file is resumed; any other the platform offers is discarded and the file sent afresh.
+    let ours = match state.load() {
+        Some(record) if opts.resume && record.fingerprint == fingerprint => Some(record.upload_id),
+        Some(record) => {
             log::debug!("discarding unfinished upload {} of {}: the file changed", record.upload_id, path.display());
-            match abort(transport, &record.upload_id).await {
-                Ok(()) => {}
-                Err(Error::Api(api)) if api.status == 404 || api.status == 409 => {}
-                Err(err) => return Err(err),
-            }
+            discard(transport, &record.upload_id).await?;
             state.remove();
+            None
         }
-    }
+        None => None,
+    };
     let request = InitiateRequest {
         filename: file_id.clone(),
         file_type: direct_type(&file_id, opts.content_type.as_deref()),
         num_bytes,
         resume_if_started: Some(true),
     };
-    if !opts.resume {
-        // Starting over: discard an unfinished upload of the same file, if there is one, so it
-        // is not left half-registered.
-        let found: InitiateResponse = transport.json(&post_json(transport, "/files/uploads/initiate", &request)?).await?;
-        if found.is_resume == Some(true) {
-            abort(transport, &found.upload_id).await?;
-        } else {
-            return send_recorded(transport, path, file_id, num_bytes, found, opts, progress, &state, fingerprint).await;
+    let initiate = || async { transport.json::<InitiateResponse>(&post_json(transport, "/files/uploads/initiate", &request)?).await };
+    let mut started = initiate().await?;
+    if started.is_resume == Some(true) && ours.as_deref() != Some(started.upload_id.as_str()) {
+        log::debug!("discarding unfinished upload {} of {file_id}: not started from this file here", started.upload_id);
+        discard(transport, &started.upload_id).await?;
+        state.remove();
+        started = initiate().await?;
+        if started.is_resume == Some(true) {
+            return Err(Error::Transfer {
+                message: format!(
+                    "another upload of {file_id} ({num_bytes} bytes) is in progress on the platform (upload {}); \
+                     upload again once it has finished, or abort it with files.abort_upload",
+                    started.upload_id
+                ),
+                upload_id: Some(started.upload_id),
+                resumable: false,
+            });
         }
     }
-    let started: InitiateResponse = transport.json(&post_json(transport, "/files/uploads/initiate", &request)?).await?;
     send_recorded(transport, path, file_id, num_bytes, started, opts, progress, &state, fingerprint).await
+}
+
+/// Aborts an unfinished upload that must not be resumed; 404/409 mean it is already gone.
+async fn discard(transport: &Transport, upload_id: &str) -> Result<(), Error> {
+    match abort(transport, upload_id).await {
+        Ok(()) => Ok(()),
+        Err(Error::Api(api)) if api.status == 404 || api.status == 409 => Ok(()),
+        Err(err) => Err(err),
+    }
 }
 
 /// `send_parts`, with the local resume record written before the first byte goes out and

@@ -112,8 +112,10 @@ class Files(Resource):
         (default 100 MB) and every JSONL file through the direct-to-cloud flow: parts in parallel
         (``concurrency``), each retried and checkpointed. If that is interrupted (crash, Ctrl-C),
         calling ``upload`` again on the same path resumes it (``resume=True``) and sends only the
-        missing parts (if the file was edited since, it is sent afresh instead, so two versions are
-        never joined); ``resume=False`` discards the unfinished upload and starts over.
+        missing parts. Only an upload started from this file on this machine is resumed: if the
+        file was edited since, or the platform's unfinished upload of that name and size came from
+        another file or machine, that upload is discarded and the file sent afresh, so two files
+        are never joined. ``resume=False`` discards the unfinished upload and starts over.
         ``on_progress(bytes_done, bytes_total)`` is called about every 200 ms; ``progress=True``
         shows a tqdm bar.
 
