@@ -292,6 +292,28 @@ def test_pagination_across_pages(run):
             assert all(isinstance(s, BlueprintSummary) for s in summaries) and len(summaries) >= 5
 
 
+def test_a_list_survives_its_items_leaving_it_while_it_is_read():
+    # The cursor of the next page is the last item of this one; deleting it (the common cleanup
+    # loop) or its leaving a status filter must not turn the next page into 400 invalid_cursor.
+    with Emulator(page_size=3, work_duration=0.1) as emu:
+        file_id = _upload(emu)
+        with emu.client() as client:
+            bundle = client.agents.bundles.create("osm", name="cleanup")
+            ids = [client.agents.bundles.run(bundle.id, file_id).id for _ in range(7)]
+            for agent_id in ids:
+                client.agents.instances.wait(agent_id, timeout=60)
+            deleted = []
+            for agent in client.agents.instances.list(bundle_id=bundle.id):
+                client.agents.instances.delete(agent.id)
+                deleted.append(agent.id)
+            assert sorted(deleted) == sorted(ids)
+            assert list(client.agents.instances.list(bundle_id=bundle.id)) == []
+
+            with pytest.raises(BadRequestError) as info:  # a made-up cursor is still refused
+                client.agents.blueprints.list(after="nope").first_page()
+            assert info.value.code == "invalid_cursor"
+
+
 def test_evaluations_and_optimizations(agents_emu, run):
     labelled = "timestamp,temperature,state\n" + "".join(f"{i},{i % 9},{'idle' if i % 2 else 'running'}\n"
                                                          for i in range(120))

@@ -204,6 +204,19 @@ def test_a_failed_job_raises_and_retry_runs_it_again(run, batch_emu):
         run(lambda c: c.batch.jobs.retry(job.id))
 
 
+def test_fail_next_job_fails_the_next_job_made_not_one_already_running():
+    with Emulator(work_duration=1.0) as emu:
+        upload_examples(emu)
+        with emu.client() as c:
+            running = create_machine_state(c)
+            emu.fail_next_job("batch", error="planned for the next one")
+            following = create_machine_state(c)
+            with pytest.raises(JobFailedError) as info:
+                c.batch.jobs.wait(following.id, timeout=30)
+            assert info.value.errors == ["planned for the next one"]
+            assert c.batch.jobs.wait(running.id, timeout=30).status == "COMPLETED"
+
+
 def test_cancel_running_then_terminal_with_and_without_ok_if_terminal(client_kind):
     with Emulator(work_duration=30) as emu:
         upload_examples(emu)

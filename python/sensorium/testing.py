@@ -312,8 +312,9 @@ class Emulator:
     def fail_next_job(self, kind: str, *, error: Optional[str] = None,
                       failed_inputs: Optional[Sequence[str]] = None) -> None:
         """The next job of ``kind`` (``"agent"``, ``"batch"``, ``"fine_tuning"``, ``"eval"``,
-        ``"optimization"``) ends failed with ``error``; ``failed_inputs`` (file ids, batch only)
-        fail those inputs while the job still completes.
+        ``"optimization"``) made from now on ends failed with ``error`` (a job already running
+        is not affected); ``failed_inputs`` (file ids, batch only) fail those inputs while the
+        job still completes.
 
         Example::
 

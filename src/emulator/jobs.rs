@@ -76,19 +76,31 @@ impl Executor {
     }
 
     /// Runs `job` of `kind` on the current runtime, `duration` of running time (the shared
-    /// `work_duration` when `None`).
+    /// `work_duration` when `None`). A planned failure of `kind` is this job's from now on: the
+    /// next job made fails, not whichever job that was already running happens to end first.
     pub fn spawn(self: &Arc<Self>, kind: &'static str, job: Arc<dyn Job>, duration: Option<Duration>) {
+        let failure = self.take_failure(kind);
+        self.launch(job, duration, failure);
+    }
+
+    /// Runs the next step of a job already under way (an optimization's next trial): a failure
+    /// planned meanwhile is for the next job made, not for this one.
+    pub fn continue_with(self: &Arc<Self>, job: Arc<dyn Job>, duration: Option<Duration>) {
+        self.launch(job, duration, Failure::default());
+    }
+
+    fn launch(self: &Arc<Self>, job: Arc<dyn Job>, duration: Option<Duration>, failure: Failure) {
         let executor = self.clone();
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = shutdown.cancelled() => {}
-                _ = executor.drive(kind, job, duration) => {}
+                _ = executor.drive(job, duration, failure) => {}
             }
         });
     }
 
-    async fn drive(&self, kind: &'static str, job: Arc<dyn Job>, duration: Option<Duration>) {
+    async fn drive(&self, job: Arc<dyn Job>, duration: Option<Duration>, failure: Failure) {
         tokio::time::sleep(ADMISSION).await;
         if job.control() == Control::Stop {
             return;
@@ -106,7 +118,6 @@ impl Executor {
                 Control::Run => ran += TICK,
             }
         }
-        let failure = self.take_failure(kind);
         job.finish(failure.error, failure.failed_inputs);
     }
 }
@@ -157,5 +168,17 @@ mod tests {
         *b.control.lock() = Control::Run;
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(b.steps.lock().last().map(String::as_str), Some("ok"), "the failure was for one agent only");
+    }
+
+    #[tokio::test]
+    async fn the_failure_goes_to_the_next_job_made_not_to_one_already_running() {
+        let ex = Arc::new(Executor::new(Duration::from_millis(40), CancellationToken::new()));
+        let (running, next) = (probe(), probe());
+        ex.spawn("batch", running.clone(), None);
+        ex.fail_next("batch", Failure { error: Some("planned".into()), failed_inputs: vec![] }).unwrap();
+        ex.spawn("batch", next.clone(), Some(Duration::from_millis(200)));
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(running.steps.lock().last().map(String::as_str), Some("ok"));
+        assert_eq!(next.steps.lock().last().map(String::as_str), Some("planned"));
     }
 }

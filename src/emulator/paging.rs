@@ -80,19 +80,18 @@ pub(crate) fn page_with<T>(
     if after.is_some() && before.is_some() {
         return Err(ApiError::invalid_request("Query parameters 'after' and 'before' are mutually exclusive."));
     }
-    let position = |cursor: &str| {
-        items.iter().position(|(id, _)| id == cursor).ok_or_else(|| {
-            ApiError::bad_request("invalid_cursor", format!("Cursor {cursor:?} is not valid."))
-                .with_suggestion("Use next_cursor from a previous page, or an id from the list, as given.")
-        })
-    };
     let (start, end) = match (after, before) {
         (Some(cursor), _) => {
-            let start = position(cursor)? + 1;
+            let start = match cursor_place(&items, cursor)? {
+                Place::At(i) => i + 1,
+                Place::Before(i) => i,
+            };
             (start, (start + limit).min(items.len()))
         }
         (_, Some(cursor)) => {
-            let end = position(cursor)?;
+            let end = match cursor_place(&items, cursor)? {
+                Place::At(i) | Place::Before(i) => i,
+            };
             (end.saturating_sub(limit), end)
         }
         _ => (0, limit.min(items.len())),
@@ -105,6 +104,51 @@ pub(crate) fn page_with<T>(
     };
     let data: Vec<Value> = items.into_iter().skip(start).take(end - start).map(|(_, v)| render(v)).collect();
     Ok(json!({ "data": data, "has_more": has_more, "next_cursor": next_cursor }))
+}
+
+/// Where a cursor sits in a list: at an item, or (an id no longer in the list) just before the
+/// item at that index.
+enum Place {
+    At(usize),
+    Before(usize),
+}
+
+/// The cursor's place in `items`. An id that has left the list since the previous page (deleted,
+/// or no longer matching the filter, as a run that finished does for `status=running`) still
+/// marks a place: ids sort in the order they were made (`type_id`, or a counter), and a list in
+/// that order or its reverse is cut where the id would be. A cursor of another shape, or a list
+/// in some other order, is 400 `invalid_cursor`, as a made-up cursor is on the live service.
+fn cursor_place<T>(items: &[(String, T)], cursor: &str) -> Result<Place, ApiError> {
+    if let Some(i) = items.iter().position(|(id, _)| id == cursor) {
+        return Ok(Place::At(i));
+    }
+    let invalid = || {
+        ApiError::bad_request("invalid_cursor", format!("Cursor {cursor:?} is not valid."))
+            .with_suggestion("Use next_cursor from a previous page, or an id from the list, as given.")
+    };
+    let key = id_order(cursor).ok_or_else(invalid)?;
+    let keys: Vec<IdOrder> = items.iter().map(|(id, _)| id_order(id)).collect::<Option<_>>().ok_or_else(invalid)?;
+    if keys.iter().any(|k| k.0 != key.0) {
+        return Err(invalid());
+    }
+    let newest_first = keys.windows(2).all(|w| w[0] > w[1]);
+    let oldest_first = keys.windows(2).all(|w| w[0] < w[1]);
+    match (newest_first, oldest_first) {
+        // One item or none: the list reads newest first, as the platform's lists do.
+        (true, _) => Ok(Place::Before(keys.iter().take_while(|k| **k > key).count())),
+        (false, true) => Ok(Place::Before(keys.iter().take_while(|k| **k < key).count())),
+        (false, false) => Err(invalid()),
+    }
+}
+
+/// How an id sorts: its prefix, then a TypeID's fixed-width body as text or a counter as a number.
+type IdOrder<'a> = (&'a str, usize, &'a str);
+
+fn id_order(id: &str) -> Option<IdOrder<'_>> {
+    let (prefix, body) = id.rsplit_once('_').unwrap_or(("", id));
+    let type_id = body.len() == 26 && body.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase());
+    let counter = !body.is_empty() && body.len() < 20 && body.bytes().all(|b| b.is_ascii_digit());
+    (type_id || counter).then_some((prefix, body.len(), body))
 }
 
 #[cfg(test)]
@@ -123,10 +167,33 @@ mod tests {
         assert_eq!(p, json!({"data": [4], "has_more": false, "next_cursor": null}));
         let p = page(items(5), &Params::parse(Some("limit=2&before=id3")), 100).unwrap();
         assert_eq!(p["data"], json!([1, 2]));
-        for bad in ["after=nope", "after=id1&before=id3", "limit=0", "limit=1001", "limit=x"] {
+        for bad in ["after=nope", "after=id1&before=id3", "after=run_7", "limit=0", "limit=1001", "limit=x"] {
             assert_eq!(page(items(5), &Params::parse(Some(bad)), 100).unwrap_err().status.as_u16(), 400, "{bad}");
         }
         assert!(Params::parse(Some("yaml=True")).flag("yaml").is_err());
+    }
+
+    #[test]
+    fn a_cursor_that_left_the_list_still_marks_its_place() {
+        // Newest first, as the lists are; id_5 and id_3 were on an earlier page and are gone now.
+        let list = |ids: &[u32]| ids.iter().map(|i| (format!("id_{i}"), json!(i))).collect::<Vec<_>>();
+        let p = page(list(&[9, 8, 7, 4, 2, 1]), &Params::parse(Some("limit=2&after=id_5")), 100).unwrap();
+        assert_eq!(p, json!({"data": [4, 2], "has_more": true, "next_cursor": "id_2"}));
+        let p = page(list(&[9, 8, 7, 4, 2, 1]), &Params::parse(Some("limit=2&before=id_5")), 100).unwrap();
+        assert_eq!(p["data"], json!([8, 7]));
+        let p = page(list(&[]), &Params::parse(Some("after=id_5")), 100).unwrap();
+        assert_eq!(p, json!({"data": [], "has_more": false, "next_cursor": null}));
+        // Oldest first (log lines): the place is found the other way round.
+        let p = page(list(&[1, 2, 4, 7]), &Params::parse(Some("after=id_3")), 100).unwrap();
+        assert_eq!(p["data"], json!([4, 7]));
+        // TypeIDs sort by the time they were made.
+        let (a, b, c) = (crate::emulator::agents::store::type_id("agt"), crate::emulator::agents::store::type_id("agt"), crate::emulator::agents::store::type_id("agt"));
+        let items = vec![(c.clone(), json!("c")), (a.clone(), json!("a"))];
+        let p = page(items, &Params::parse(Some(&format!("after={b}"))), 100).unwrap();
+        assert_eq!(p["data"], json!(["a"]));
+        // Another kind of id, or a list in no id order, is still refused.
+        assert!(page(list(&[9, 8]), &Params::parse(Some("after=job_3")), 100).is_err());
+        assert!(page(list(&[2, 9, 1]), &Params::parse(Some("after=id_5")), 100).is_err());
         assert_eq!(Params::parse(Some("yaml=true")).flag("yaml").unwrap(), Some(true));
     }
 }

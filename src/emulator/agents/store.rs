@@ -8,11 +8,15 @@ use serde_json::{json, Map, Value};
 
 use super::table::Status;
 
-/// `prefix_` + 26 lowercase base32 characters, the shape of the platform's TypeIDs.
+/// `prefix_` + 26 lowercase base32 characters, the shape of the platform's TypeIDs: a UUIDv7
+/// written most significant bits first, so ids sort as text in the order they were made (the
+/// lists page by "older than this id", which must still place an id that has since been deleted
+/// or no longer matches the list's filter).
 pub(crate) fn type_id(prefix: &str) -> String {
     const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
-    let bits = uuid::Uuid::new_v4().as_u128();
-    let body: String = (0..26).map(|i| ALPHABET[((bits >> (i * 5)) & 31) as usize] as char).collect();
+    let bits = uuid::Uuid::now_v7().as_u128();
+    // 26 characters hold 130 bits: the first takes the top 3, each next one 5.
+    let body: String = (0..26).map(|i| ALPHABET[((bits >> (125 - 5 * i)) & 31) as usize] as char).collect();
     format!("{prefix}_{body}")
 }
 
@@ -318,6 +322,8 @@ mod tests {
     fn ids_and_timestamps_have_the_platform_shapes() {
         let id = type_id("agt");
         assert!(id.starts_with("agt_") && id.len() == 30, "{id}");
+        let ids: Vec<String> = (0..1000).map(|_| type_id("agt")).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids sort in the order they were made");
         let t = now();
         assert_eq!(t.len(), "2026-11-23T10:00:00.000000Z".len(), "{t}");
         assert!(bump(&t) > t);

@@ -341,7 +341,7 @@ impl Job for TrialJob {
         }
         drop(store);
         let next = TrialJob { shared: self.shared.clone(), optimization_id: self.optimization_id.clone(), number: self.number + 1 };
-        self.shared.jobs.spawn("optimization", Arc::new(next), None);
+        self.shared.jobs.continue_with(Arc::new(next), None);
     }
 }
 
