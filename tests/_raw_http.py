@@ -34,7 +34,7 @@ def request(
         h = dict(headers or {})
         if key is not None:
             h["Authorization"] = f"Bearer {emu.api_key if key == 'default' else key}"
-        prefix = "" if path.startswith("/_emulator") else "/v0.5"
+        prefix = "" if path.startswith(("/_emulator", "/v0.")) else "/v0.5"  # a versioned path is taken as given
         conn.request(method, prefix + path, body=body, headers=h)
         resp = conn.getresponse()
         return Reply(resp.status, resp.headers, resp.read())

@@ -101,6 +101,37 @@ def test_a_sink_gathers_every_output_in_one_file(agents_emu, run, tmp_path):
     assert [r.filename for r in results] == ["all.csv"]
 
 
+def test_inputs_sharing_a_stem_keep_one_result_each(agents_emu, run, tmp_path):
+    csv_id, txt_id = _upload(agents_emu, "pump.csv"), _upload(agents_emu, "pump.txt", "a free-text shift note")
+    bundle = _osm_bundle(agents_emu)
+    started = run(lambda c: c.agents.bundles.run(bundle.id, [csv_id, txt_id]))
+    run(lambda c: c.agents.instances.wait(started.id, timeout=30))
+    results = run(lambda c: c.agents.instances.results(started.id))
+    assert len({r.filename for r in results}) == 2
+    paths = run(lambda c: c.agents.instances.download_results(started.id, tmp_path))
+    assert sorted(p.stat().st_size for p in paths) == sorted(r.num_bytes for r in results)
+
+
+def test_canceling_stops_the_trial_under_way_and_leaves_examples_canceled():
+    with Emulator(work_duration=30.0) as slow:
+        labelled = _upload(slow, "labelled.csv")
+        with slow.client() as c:
+            blueprint = c.agents.blueprints.get("osm")
+            opt = c.agents.optimizations.create(blueprint.id, objective="macro_f1", validation_examples=[labelled],
+                                                max_trials=3)
+            evaluation = c.agents.evals.create(blueprint.id, [labelled], name="stopped")
+            deadline = time.monotonic() + 30
+            while not any(t.status == "running" for t in c.agents.optimizations.trials(opt.id)):
+                assert time.monotonic() < deadline, "the first trial never started"
+                time.sleep(0.02)
+            c.agents.optimizations.cancel(opt.id)
+            c.agents.evals.cancel(evaluation.id)
+            trials = list(c.agents.optimizations.trials(opt.id))
+            assert trials and all(t.status == "canceled" for t in trials)
+            assert c.agents.optimizations.get(opt.id).progress.get("running", 0) == 0
+            assert {e["status"] for e in c.agents.evals.examples(evaluation.id)} == {"canceled"}
+
+
 def test_state_table_conflicts_and_missing_ids(agents_emu, run):
     bundle = _osm_bundle(agents_emu)
     file_id = _upload(agents_emu)

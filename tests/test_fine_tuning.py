@@ -5,6 +5,7 @@ index's hyphenated routes, and client.jobs.list."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any, Callable
 
@@ -22,6 +23,8 @@ from sensorium.types import Checkpoint, FineTuningJob
 @pytest.fixture
 def ft_emu():
     with Emulator(work_duration=0.3) as emu:
+        with emu.client() as client:
+            client.files.upload_base64("idle.csv", b"time,a\n1,0.5\n2,0.6\n")
         yield emu
 
 
@@ -87,7 +90,32 @@ def test_a_failed_job_and_an_unsupported_model(ft_emu, run):
         run(lambda c: c.fine_tuning.jobs.create("gpt-x", name="n", method=ft.lora(),
                                                 training_files=[ft.plain("t.jsonl")]))
     assert info.value.status == 501 and info.value.code == "model_not_supported"
-    assert list(info.value.json) == ["code", "message", "error_uid"], "fine-tuning errors are bare objects"
+    # Fine-tuning errors are bare objects {code, message, suggestion, error_uid}, as the spec writes them.
+    assert set(info.value.json) == {"code", "message", "suggestion", "error_uid"}
+
+
+def _raw_create(emu: Emulator, **change: Any) -> Any:
+    body = {"model": "omega", "name": "n", "method": {"type": "head", "head": {}},
+            "training_files": [{"type": "n_shot", "file_id": "idle.csv", "label": "idle"}], **change}
+    return request(emu, "POST", "/v0.6/fine_tuning/jobs", json.dumps(body).encode())
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"seed": "abc"}, "seed"), ({"seed": 1.5}, "seed"), ({"suffix": 5}, "suffix"), ({"checkpoint_id": 5}, "checkpoint_id"),
+    ({"checkpoint_id": "ckp_does_not_exist"}, "ckp_does_not_exist"),
+    ({"training_files": [{"type": "n_shot", "file_id": "never-uploaded.csv", "label": "idle"}]}, "never-uploaded.csv"),
+])
+def test_create_refuses_what_it_cannot_keep_or_find(ft_emu, change, named):
+    # Sent raw (the client checks some of these itself): the emulator must neither swap a bad
+    # field for a default nor train on a file or checkpoint that does not exist.
+    reply = _raw_create(ft_emu, **change)
+    assert reply.status == 400 and reply.json()["code"] == "invalid_request" and named in reply.json()["message"]
+    assert "suggestion" in reply.json()
+
+
+def test_create_keeps_the_seed_and_suffix_as_sent(ft_emu):
+    reply = _raw_create(ft_emu, seed=-5, suffix="v2")
+    assert reply.status == 201 and reply.json()["seed"] == -5 and reply.json()["user_provided_suffix"] == "v2"
 
 
 def test_hyphenated_index_routes(ft_emu):

@@ -112,7 +112,13 @@ impl IntoResponse for ApiError {
             let mut object = ErrorObject::new(&self.code, self.message).with_uid(error_uid());
             object.suggestion = self.suggestion;
             if self.bare {
-                (self.status, Json(object)).into_response()
+                // A bare error object always carries `suggestion`, null when there is none: the
+                // spec writes fine-tuning errors as `{code, message, suggestion, error_uid}`.
+                let mut bare = serde_json::to_value(&object).unwrap_or_default();
+                if let Some(map) = bare.as_object_mut() {
+                    map.entry("suggestion").or_insert(serde_json::Value::Null);
+                }
+                (self.status, Json(bare)).into_response()
             } else {
                 (self.status, Json(ErrorEnvelope { errors: vec![object] })).into_response()
             }

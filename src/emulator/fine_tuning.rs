@@ -241,6 +241,37 @@ fn check(body: &Map<String, Value>) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The optional fields' types and what the body refers to: `seed` an integer, `suffix` and
+/// `checkpoint_id` strings (kept as sent, never swapped for a default), every file uploaded to the
+/// organization, the checkpoint one of its own. A typo'd id is refused here, as batch create
+/// refuses it, rather than training on nothing.
+fn check_references(shared: &Shared, org: &str, body: &Map<String, Value>) -> Result<(), ApiError> {
+    let given = |field: &str| body.get(field).filter(|v| !v.is_null());
+    if given("seed").is_some_and(|v| !(v.is_i64() || v.is_u64())) {
+        return Err(invalid("Field 'seed' must be an integer."));
+    }
+    for field in ["suffix", "checkpoint_id"] {
+        if given(field).is_some_and(|v| !v.is_string()) {
+            return Err(invalid(format!("Field '{field}' must be a string.")));
+        }
+    }
+    for field in ["training_files", "validation_files"] {
+        let ids = given(field).and_then(Value::as_array).into_iter().flatten().filter_map(|f| f.get("file_id")?.as_str());
+        for file_id in ids {
+            if shared.files.get(org, file_id).is_none() {
+                return Err(invalid(format!("File '{file_id}' of {field} was not found in this organization."))
+                    .with_suggestion("Upload it first; files are named by their file_id."));
+            }
+        }
+    }
+    if let Some(checkpoint) = given("checkpoint_id").and_then(Value::as_str) {
+        if shared.fine_tuning.checkpoint_training(org, checkpoint).is_none() {
+            return Err(invalid(format!("Checkpoint '{checkpoint}' was not found in this organization.")));
+        }
+    }
+    Ok(())
+}
+
 fn object(raw: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice::<Value>(raw) {
         Ok(Value::Object(map)) => Ok(map),
@@ -253,6 +284,7 @@ async fn create(State(shared): State<Arc<Shared>>, headers: HeaderMap, raw: axum
     let org = caller(&shared, &headers)?;
     let body = object(&raw)?;
     check(&body)?;
+    check_references(&shared, &org, &body)?;
     let file_ids = |field: &str| -> Vec<Value> {
         body.get(field).and_then(Value::as_array).map(|a| a.iter().filter_map(|f| f.get("file_id").cloned()).collect()).unwrap_or_default()
     };
@@ -262,7 +294,7 @@ async fn create(State(shared): State<Arc<Shared>>, headers: HeaderMap, raw: axum
         "training_files": file_ids("training_files"), "validation_files": file_ids("validation_files"),
         "errors": [], "checkpoint_id": body.get("checkpoint_id").cloned().unwrap_or(Value::Null),
         "fine_tuned_model": null, "finished_at": null,
-        "seed": body.get("seed").and_then(Value::as_u64).unwrap_or_else(|| rand::random::<u32>().into()),
+        "seed": body.get("seed").filter(|v| !v.is_null()).cloned().unwrap_or_else(|| json!(rand::random::<u32>())),
         "user_provided_suffix": body.get("suffix").and_then(Value::as_str).unwrap_or(""),
         "method": body.get("method"),
     });

@@ -676,8 +676,12 @@ async fn eval_examples(State(shared): State<Arc<Shared>>, headers: HeaderMap, Pa
     let rec = find_json(&mut store.evals, &who.org, &id, "Eval")?;
     let rows = match rec.json.get("example_results").and_then(Value::as_array) {
         Some(done) => done.clone(),
-        None => rec.json["examples"].as_array().cloned().unwrap_or_default().into_iter().enumerate()
-            .map(|(i, e)| json!({"id": format!("exm_{i:04}"), "index": i, "name": e.get("name"), "inputs": e["inputs"], "status": "pending"})).collect(),
+        // Not run yet, or never to be: an evaluation canceled before its end leaves them canceled.
+        None => {
+            let status = if rec.status() == Some(Status::Canceled) { "canceled" } else { "pending" };
+            rec.json["examples"].as_array().cloned().unwrap_or_default().into_iter().enumerate()
+                .map(|(i, e)| json!({"id": format!("exm_{i:04}"), "index": i, "name": e.get("name"), "inputs": e["inputs"], "status": status})).collect()
+        }
     };
     let items = rows.into_iter().map(|r| (r["id"].as_str().unwrap_or_default().to_string(), r)).collect();
     ok(StatusCode::OK, page(items, &Params::parse(q.as_deref()), shared.page_size)?)
@@ -726,7 +730,14 @@ async fn get_optimization(State(shared): State<Arc<Shared>>, headers: HeaderMap,
 async fn cancel_optimization(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(id): Path<String>) -> Answer {
     let who = caller(&shared, &headers)?;
     let mut store = shared.agents.store.lock();
-    cancel_json(find_json(&mut store.optimizations, &who.org, &id, "Optimization")?)
+    let answer = cancel_json(find_json(&mut store.optimizations, &who.org, &id, "Optimization")?)?;
+    // The trial under way stops with it (the executor drops a stopped job without a word).
+    for (_, trial) in store.trials.iter_mut().filter(|(o, t)| *o == id && t.status().is_none_or(|s| !s.is_terminal())) {
+        trial.set("status", json!(Status::Canceled.as_str()));
+        trial.set("completed_at", json!(now()));
+    }
+    super::work::progress(&mut store, &id);
+    Ok(answer)
 }
 
 async fn delete_optimization(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(id): Path<String>) -> Answer {

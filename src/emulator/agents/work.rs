@@ -113,7 +113,19 @@ impl Job for RunJob {
             match (&sink, files.first_mut()) {
                 (Some(_), Some(gathered)) => append(&mut gathered.2, ext, &content),
                 (Some(sink_name), None) => files.push((sink_name.clone(), ext.to_string(), content)),
-                (None, _) => files.push((format!("{}__output_{}.{ext}", self.id, stem(&name)), ext.to_string(), content)),
+                (None, _) => {
+                    // One result per input: inputs that share a stem (pump.csv, pump.txt) get
+                    // numbered names rather than one overwriting the other.
+                    let base = format!("{}__output_{}", self.id, stem(&name));
+                    let taken = |candidate: &str| files.iter().any(|(n, _, _)| n == candidate);
+                    let mut result_name = format!("{base}.{ext}");
+                    let mut n = 2;
+                    while taken(&result_name) {
+                        result_name = format!("{base}_{n}.{ext}");
+                        n += 1;
+                    }
+                    files.push((result_name, ext.to_string(), content))
+                }
             }
         }
         let mut results = Vec::new();
@@ -346,7 +358,7 @@ impl Job for TrialJob {
 }
 
 /// `progress`: trial counts by state, as the platform's client prints them.
-fn progress(store: &mut super::store::Store, optimization_id: &str) {
+pub(super) fn progress(store: &mut super::store::Store, optimization_id: &str) {
     let trials: Vec<&JsonRec> = store.trials.iter().filter(|(o, _)| o == optimization_id).map(|(_, t)| t).collect();
     let count = |s: &str| trials.iter().filter(|t| t.json["status"] == json!(s)).count();
     let (running, completed, failed) = (count("running"), count("completed"), count("failed"));

@@ -94,7 +94,10 @@ pub(crate) fn embed_window(window: &[f64]) -> Vec<f32> {
     hadamard(&mut v);
     // Rescaled so the kept coordinates carry the whole norm on average.
     let rescale = (WINDOW_POINTS as f64 / EMBEDDING_DIM as f64).sqrt();
-    t.kept.iter().map(|&i| (v[i] * rescale) as f32).collect()
+    // Held to finite float32: a window of huge values (1e100 is valid JSON) would otherwise
+    // overflow to infinity (or to NaN, inf - inf, in the transform), which JSON writes as null.
+    let finite = |x: f64| if x.is_nan() { 0.0 } else { x.clamp(-f64::from(f32::MAX), f64::from(f32::MAX)) as f32 };
+    t.kept.iter().map(|&i| finite(v[i] * rescale)).collect()
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -150,6 +153,13 @@ mod tests {
         let e = embed_window(&w);
         let norm_out = e.iter().map(|x| (*x as f64) * (*x as f64)).sum::<f64>().sqrt();
         assert!((norm_out / norm_in - 1.0).abs() < 0.2, "{norm_in} -> {norm_out}");
+    }
+
+    #[test]
+    fn huge_finite_values_still_embed_as_finite_numbers() {
+        let mut w = vec![1e100, -1e100, 0.0, 1.0];
+        w.extend(std::iter::repeat_n(f64::MAX, 600));
+        assert!(embed_window(&w).iter().all(|x| x.is_finite()));
     }
 
     #[test]
