@@ -38,6 +38,10 @@ def test_columns_pick_and_order_channels():
     df = pd.DataFrame(REC, columns=["a", "b", "c", "d"])
     wd = sensorium.windows(df, window=5, columns=["d", "a"])
     np.testing.assert_array_equal(wd, w)
+    # What notebooks pass: a slice of df.columns, or an array of names or indices.
+    np.testing.assert_array_equal(sensorium.windows(df, window=5, columns=df.columns[[3, 0]]), w)
+    np.testing.assert_array_equal(sensorium.windows(df, window=5, columns=np.array(["d", "a"])), w)
+    np.testing.assert_array_equal(sensorium.windows(REC, window=5, columns=np.array([3, 0])), w)
 
 
 def test_dataframe_of_one_dtype_is_a_view():

@@ -132,6 +132,9 @@ class _Run:
             raise InvalidArgumentError(
                 f"concurrency: takes a number of requests in flight, got {concurrency!r}", argument="concurrency"
             )
+        if concurrency is not None and not -(2**63) <= concurrency < 2**63:  # the core checks the range itself
+            raise InvalidArgumentError(f"concurrency: is {concurrency}, far more requests in flight than allowed",
+                                       argument="concurrency")
         if not (isinstance(progress, bool) or callable(progress)):
             raise InvalidArgumentError(
                 f"progress: takes True (a tqdm bar), False or a callback(done, total), got {progress!r}",

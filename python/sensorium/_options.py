@@ -6,6 +6,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Protocol
 
 from . import _core
+from ._checks import count, seconds, text
+from .errors import ClientClosedError
 
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -31,7 +33,18 @@ class Options:
     max_retries: int = DEFAULT_MAX_RETRIES
     default_headers: tuple[tuple[str, str], ...] = ()
 
+    def __post_init__(self) -> None:
+        # Checked here, naming the argument, rather than left to the native layer, whose own
+        # messages ("must be real number", an OverflowError) do not say which argument was wrong.
+        seconds(self.timeout, "timeout", optional=True)
+        seconds(self.connect_timeout, "connect_timeout")
+        seconds(self.read_timeout, "read_timeout")
+        count(self.max_retries, "max_retries", 0, MAX_RETRIES_LIMIT, optional=False)
+
     def core(self, api_key: str | None, base_url: str | None, agents_base_url: str | None = None) -> _core.CoreClient:
+        for value, name in ((api_key, "api_key"), (base_url, "base_url"), (agents_base_url, "agents_base_url")):
+            if value is not None:
+                text(value, name)
         _core.reset_logging()
         return _core.CoreClient(
             api_key, base_url, self.timeout, self.connect_timeout, self.read_timeout, self.max_retries,
@@ -49,8 +62,16 @@ class Options:
         )
 
 
+#: More retries than anyone means; past it the count no longer fits the native core.
+MAX_RETRIES_LIMIT = 1_000_000
+
+
 def headers(mapping: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
-    return tuple((str(k), str(v)) for k, v in (mapping or {}).items())
+    if mapping is None:
+        return ()
+    if not isinstance(mapping, Mapping):
+        raise TypeError(f"default_headers: expected a mapping of header names to values, got {type(mapping).__name__}")
+    return tuple((text(str(k), "default_headers"), text(str(v), "default_headers")) for k, v in mapping.items())
 
 
 class HasCore(Protocol):
@@ -63,4 +84,4 @@ class ClosedCore:
     """Stands in for the native core after ``close()``: any call says the client is closed."""
 
     def __getattr__(self, name: str) -> Any:
-        raise RuntimeError("this sensorium client is closed; create a new one (or use with_options on an open one)")
+        raise ClientClosedError("this sensorium client is closed; create a new one (or use with_options on an open one)")

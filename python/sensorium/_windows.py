@@ -35,6 +35,8 @@ def _is_pandas(data: Any, kind: str) -> bool:
 
 def _recording(data: Any, columns: Optional[Sequence[Any]]) -> np.ndarray:
     """The recording as a numeric (time, channels) array, channels picked by ``columns``."""
+    if columns is not None and not isinstance(columns, (str, bytes)) and hasattr(columns, "tolist"):
+        columns = columns.tolist()  # a pandas Index (df.columns[1:]) or a numpy array of names or indices
     if columns is not None and (isinstance(columns, (str, bytes)) or not isinstance(columns, Sequence)):
         raise InvalidArgumentError(
             f"columns: takes a list of channels (column names or indices), got {type(columns).__name__}",

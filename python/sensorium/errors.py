@@ -24,6 +24,7 @@ __all__ = [
     "SensoriumError",
     "LensEventError",
     "ConfigurationError",
+    "ClientClosedError",
     "InvalidArgumentError",
     "APIError",
     "APIStatusError",
@@ -150,6 +151,10 @@ class WaitTimeoutError(SensoriumError, TimeoutError):
 
 class ConfigurationError(SensoriumError, ValueError):
     """The client is missing its API key or base URL, or they are malformed."""
+
+
+class ClientClosedError(SensoriumError, RuntimeError):
+    """The client was closed (``close()``, or the end of its ``with`` block); make a new one."""
 
 
 class InvalidArgumentError(SensoriumError, ValueError):

@@ -492,6 +492,10 @@ fn query_body(model: &str, query: &str, fields: &Bound<'_, PyDict>) -> Result<By
 }
 
 fn events_json(obj: &Bound<'_, PyAny>) -> Result<Vec<Bytes>, Error> {
+    // One event given alone iterates as its keys (or characters): say so rather than blame them.
+    if obj.is_instance_of::<PyDict>() || obj.cast::<NumericEvent>().is_ok() || isinstance_str(obj) {
+        return Err(Error::invalid_argument("events", format!("must be a list of events, got one {}; wrap it in a list", type_name(obj))));
+    }
     let list = obj
         .cast::<PyList>()
         .map(|l| l.clone().into_any())

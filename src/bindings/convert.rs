@@ -37,9 +37,12 @@ pub fn py_to_value(obj: &Bound<'_, PyAny>, path: &str) -> Result<Value, Error> {
     if let Ok(d) = obj.cast::<PyDict>() {
         let mut map = Map::with_capacity(d.len());
         for (k, v) in d.iter() {
+            // to_str, not to_string: a key with a lone surrogate is refused, not sent as U+FFFD.
             let key = k
                 .cast::<PyString>()
                 .map_err(|_| Error::invalid_argument(path, format!("has a key {} that is not a string", type_name(&k))))?
+                .to_str()
+                .map_err(|_| Error::invalid_argument(path, "has a key that is a string that is not valid UTF-8"))?
                 .to_string();
             let child = format!("{path}[{key:?}]");
             map.insert(key, py_to_value(&v, &child)?);

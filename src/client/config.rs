@@ -98,13 +98,15 @@ impl ClientConfig {
             return Ok(());
         };
         let trimmed = text.trim().trim_end_matches('/');
+        let shown = without_credentials(trimmed);
         let url = Url::parse(trimmed)
-            .map_err(|e| Error::Config(format!("agents_base_url: {trimmed:?} is not a valid URL ({e})")))?;
+            .map_err(|e| Error::Config(format!("agents_base_url: {shown:?} is not a valid URL ({e})")))?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
             return Err(Error::Config(format!(
-                "agents_base_url: {trimmed:?} must be an http:// or https:// URL with a host"
+                "agents_base_url: {shown:?} must be an http:// or https:// URL with a host"
             )));
         }
+        refuse_credentials(&url, "agents_base_url")?;
         self.agents_base = Some(trimmed.to_string());
         Ok(())
     }
@@ -134,15 +136,17 @@ impl ClientConfig {
 /// client; here it just works.
 pub fn root_url(base_url: &str) -> Result<Url, Error> {
     let trimmed = base_url.trim();
+    let shown = without_credentials(trimmed);
     let mut url = Url::parse(trimmed).map_err(|e| {
-        Error::Config(format!("base_url: {trimmed:?} is not a valid URL ({e})"))
+        Error::Config(format!("base_url: {shown:?} is not a valid URL ({e})"))
     })?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(Error::Config(format!("base_url: {trimmed:?} must start with http:// or https://")));
+        return Err(Error::Config(format!("base_url: {shown:?} must start with http:// or https://")));
     }
     if url.host_str().is_none() {
-        return Err(Error::Config(format!("base_url: {trimmed:?} has no host")));
+        return Err(Error::Config(format!("base_url: {shown:?} has no host")));
     }
+    refuse_credentials(&url, "base_url")?;
     url.set_query(None);
     url.set_fragment(None);
     let segments: Vec<String> = url
@@ -158,8 +162,31 @@ pub fn root_url(base_url: &str) -> Result<Url, Error> {
     Ok(url)
 }
 
+/// A URL with `user:password@` is refused: the platform takes the key as a bearer token, and a
+/// password in the base URL would be printed wherever the URL is (reprs, log lines, errors,
+/// pickles).
+fn refuse_credentials(url: &Url, argument: &str) -> Result<(), Error> {
+    if url.username().is_empty() && url.password().is_none() {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "{argument}: holds credentials before '@'; remove them (the API key goes in api_key or SENSORIUM_API_KEY)"
+    )))
+}
+
+/// `text` for an error message, with anything between `://` and an `@` of the authority masked.
+fn without_credentials(text: &str) -> String {
+    let Some(start) = text.find("://").map(|i| i + 3) else { return text.to_string() };
+    let authority_end = text[start..].find(['/', '?', '#']).map_or(text.len(), |i| start + i);
+    match text[start..authority_end].rfind('@') {
+        Some(at) => format!("{}***{}", &text[..start], &text[start + at..]),
+        None => text.to_string(),
+    }
+}
+
 fn is_version_segment(segment: &str) -> bool {
-    let Some(rest) = segment.strip_prefix('v') else { return false };
+    // `V0.5` is the same version to a person typing it.
+    let Some(rest) = segment.strip_prefix(['v', 'V']) else { return false };
     !rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit() || c == '.')
 }
 
@@ -169,6 +196,18 @@ mod tests {
 
     fn resolve(key: Option<&str>, url: Option<&str>) -> Result<ClientConfig, Error> {
         ClientConfig::resolve(key.map(String::from), url.map(String::from), |_| None)
+    }
+
+    #[test]
+    fn credentials_in_a_base_url_are_refused_and_never_printed() {
+        for url in ["http://bob:hunter2@h:1", "https://bob@h/v0.5", "http://bob:hunter2@h:notaport"] {
+            let err = resolve(Some("k"), Some(url)).unwrap_err().to_string();
+            assert!(err.contains("base_url") && !err.contains("hunter2") && !err.contains("bob"), "{err}");
+        }
+        let mut cfg = resolve(Some("k"), Some("http://h:1")).unwrap();
+        let err = cfg.set_agents_base(Some("http://bob:hunter2@a:2".into()), |_| None).unwrap_err().to_string();
+        assert!(err.contains("agents_base_url") && !err.contains("hunter2"), "{err}");
+        assert_eq!(resolve(Some("k"), Some("http://h:1/V0.5")).unwrap().base_url(), "http://h:1/v0.5");
     }
 
     #[test]

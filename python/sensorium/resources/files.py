@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Sequence, Union
 
 from .._endpoints import ListRequest, Native, Request, Resource, query, segment
+from .._checks import count, flag, local_path, text
 from .._progress import ProgressCallback
 from ..errors import InvalidArgumentError
 from ..types import FileRecord
@@ -39,6 +40,8 @@ def _content(data: bytes | bytearray | memoryview | str) -> bytes:
 SORT_FIELDS = ("created_at", "num_bytes", "status", "file_id")
 ORDERS = ("asc", "desc")
 MAX_FILE_TYPE_FILTERS = 50
+#: Parts in flight at most: past this, parallel PUTs into one upload only queue at the storage.
+MAX_UPLOAD_CONCURRENCY = 256
 
 
 def _file_types(file_type: str | Sequence[str] | None) -> Optional[str]:
@@ -78,9 +81,9 @@ def _choice(value: Optional[str], allowed: Sequence[str], argument: str) -> Opti
 def _target(file_id: str, path: StrPath) -> Path:
     # A path ending in a separator names a folder even before it exists (then the download
     # reports the missing folder instead of writing a file named like the folder).
-    text = os.fspath(path)
-    target = Path(text)
-    names_folder = text.endswith(os.sep) or (os.altsep is not None and text.endswith(os.altsep))
+    given = local_path(path, "path")
+    target = Path(given)
+    names_folder = given.endswith(os.sep) or (os.altsep is not None and given.endswith(os.altsep))
     return target / file_id if names_folder or target.is_dir() else target
 
 
@@ -123,8 +126,11 @@ class Files(Resource):
         'notes.txt'
         >>> client.files.upload("recording.jsonl", progress=True)  # doctest: +SKIP
         """
-        label = os.path.basename(os.fspath(path))
-        args = (os.fspath(path), content_type, method, resume, concurrency, direct_threshold)
+        local = local_path(path, "path")
+        args = (local, None if content_type is None else text(content_type, "content_type"), method,
+                flag(resume, "resume"), count(concurrency, "concurrency", 1, MAX_UPLOAD_CONCURRENCY),
+                count(direct_threshold, "direct_threshold", 0, 2**62))
+        label = os.path.basename(local)
         return self._native(Native("upload_file", args, (on_progress, progress, label), FileRecord.from_dict))
 
     def abort_upload(self, upload_id: str) -> Any:
@@ -144,6 +150,7 @@ class Files(Resource):
         >>> client.files.upload_base64("hello.txt", b"hello").file_id  # doctest: +SKIP
         'hello.txt'
         """
+        content_type = None if content_type is None else text(content_type, "content_type")
         return self._native(Native("upload_base64", (name, _content(data), content_type), cast=FileRecord.from_dict))
 
     def list(

@@ -1,0 +1,133 @@
+"""Arguments refused before anything is sent, each error naming the argument: client options, file
+transfers, embed and query inputs, on Client and AsyncClient alike. Also: a base URL carrying
+credentials, and a closed client."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import sensorium
+from _helpers import ENCODER, REASONER, run_on
+from sensorium.errors import ClientClosedError, ConfigurationError, InvalidArgumentError, SensoriumError
+
+
+@pytest.fixture
+def sent(emu):
+    """The number of requests the emulator has seen so far, as a function."""
+    return lambda: len(emu.requests)
+
+
+@pytest.mark.parametrize("cls", [sensorium.Client, sensorium.AsyncClient])
+@pytest.mark.parametrize("options, error, named", [
+    ({"timeout": True}, TypeError, "timeout"),
+    ({"timeout": "5"}, TypeError, "timeout"),
+    ({"connect_timeout": None}, TypeError, "connect_timeout"),
+    ({"read_timeout": [1]}, TypeError, "read_timeout"),
+    ({"max_retries": True}, TypeError, "max_retries"),
+    ({"max_retries": 2**70}, InvalidArgumentError, "max_retries"),
+    ({"max_retries": -1}, InvalidArgumentError, "max_retries"),
+    ({"api_key": b"k"}, TypeError, "api_key"),
+    ({"api_key": "k\ud800"}, InvalidArgumentError, "api_key"),
+    ({"base_url": "http://h\udc80"}, InvalidArgumentError, "base_url"),
+    ({"default_headers": [("X", "1")]}, TypeError, "default_headers"),
+    ({"default_headers": {"X": "v\ud800"}}, InvalidArgumentError, "default_headers"),
+])
+def test_client_options_are_checked_naming_the_argument(cls, options, error, named):
+    with pytest.raises(error, match=f"^{named}: "):
+        cls(**{"api_key": "k", "base_url": "http://127.0.0.1:9", **options})
+
+
+def test_with_options_is_checked_the_same_way(client):
+    with pytest.raises(TypeError, match="^timeout: "):
+        client.with_options(timeout="5")
+
+
+@pytest.mark.parametrize("url", ["http://bob:hunter2@127.0.0.1:9", "https://bob@127.0.0.1/v0.5"])
+def test_a_base_url_with_credentials_is_refused_without_printing_them(url, monkeypatch):
+    with pytest.raises(ConfigurationError) as info:
+        sensorium.Client(api_key="k", base_url=url)
+    assert "base_url" in str(info.value) and "hunter2" not in str(info.value) and "bob" not in str(info.value)
+    monkeypatch.setenv("SENSORIUM_BASE_URL", url)
+    with pytest.raises(ConfigurationError, match="base_url"):
+        sensorium.Client(api_key="k")
+
+
+def test_a_capital_version_in_the_base_url_is_the_version(emu):
+    with sensorium.Client(api_key=emu.api_key, base_url=emu.base_url.replace("/v0.5", "/V0.5")) as client:
+        assert client.base_url == emu.base_url
+        assert client.models.list()
+
+
+def test_a_closed_client_raises_a_sensorium_error(emu):
+    client = emu.client()
+    client.close()
+    with pytest.raises(ClientClosedError, match="closed") as info:
+        client.files.info()
+    assert isinstance(info.value, SensoriumError) and isinstance(info.value, RuntimeError)
+
+
+@pytest.mark.parametrize("change, error, named", [
+    ({"concurrency": True}, TypeError, "concurrency"),
+    ({"concurrency": 2**70}, InvalidArgumentError, "concurrency"),
+    ({"concurrency": 0}, InvalidArgumentError, "concurrency"),
+    ({"direct_threshold": 2**70}, InvalidArgumentError, "direct_threshold"),
+    ({"direct_threshold": "100MB"}, TypeError, "direct_threshold"),
+    ({"resume": "no"}, InvalidArgumentError, "resume"),
+    ({"content_type": "text/\ud800"}, InvalidArgumentError, "content_type"),
+])
+def test_upload_arguments_are_checked_before_sending(emu, client_kind, tmp_path, sent, change, error, named):
+    path = tmp_path / "x.txt"
+    path.write_text("x")
+    before = sent()
+    with pytest.raises(error, match=f"^{named}: "):
+        run_on(client_kind, lambda c: c.files.upload(path, **change), api_key=emu.api_key, base_url=emu.base_url)
+    assert sent() == before
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file names are bytes on POSIX")
+def test_paths_as_bytes_and_names_that_are_not_utf8(emu, client_kind, tmp_path, sent):
+    path = tmp_path / "bytes.txt"
+    path.write_text("x")
+    options: dict[str, Any] = {"api_key": emu.api_key, "base_url": emu.base_url}
+    assert run_on(client_kind, lambda c: c.files.upload(os.fsencode(path)), **options).file_id == "bytes.txt"
+    back = run_on(client_kind, lambda c: c.files.download("bytes.txt", os.fsencode(tmp_path / "back.txt")), **options)
+    assert Path(back).read_text() == "x"
+    # A file name from a non-UTF-8 file system cannot become a file_id: refused, naming the path.
+    odd = Path(os.fsdecode(bytes(tmp_path / "caf") + b"\xe9.txt"))
+    odd.write_text("x")
+    before = sent()
+    with pytest.raises(InvalidArgumentError, match="^path: .*not valid UTF-8"):
+        run_on(client_kind, lambda c: c.files.upload(odd), **options)
+    assert sent() == before
+
+
+def test_normalize_input_takes_a_bool_not_anything_truthy(emu, client_kind, sent):
+    before = sent()
+    with pytest.raises(InvalidArgumentError, match="^normalize_input: "):
+        run_on(client_kind, lambda c: c.embed(ENCODER, np.ones((1, 16)), normalize_input="false"),
+               api_key=emu.api_key, base_url=emu.base_url)
+    assert sent() == before
+
+
+@pytest.mark.parametrize("events, says", [
+    ({"type": "data.text", "event_data": {"contents": "x"}}, "wrap it in a list"),
+    (sensorium.events.text("x"), "wrap it in a list"),
+])
+def test_one_event_given_without_a_list_is_named_as_such(emu, client_kind, sent, events, says):
+    before = sent()
+    with pytest.raises(InvalidArgumentError, match=f"^events: .*{says}"):
+        run_on(client_kind, lambda c: c.query(REASONER, "x", events=events), api_key=emu.api_key, base_url=emu.base_url)
+    assert sent() == before
+
+
+def test_metadata_keys_that_are_not_text_are_refused_not_mangled(emu, client_kind, sent):
+    before = sent()
+    with pytest.raises(InvalidArgumentError, match="^query_metadata: .*key"):
+        run_on(client_kind, lambda c: c.query(REASONER, "x", query_metadata={"a\ud800": 1}),
+               api_key=emu.api_key, base_url=emu.base_url)
+    assert sent() == before
