@@ -85,3 +85,19 @@ def test_a_client_works_in_forked_and_spawned_workers(emu, monkeypatch, method):
     assert not isinstance(got, str), got
     np.testing.assert_array_equal(got, expected)
     assert worker.exitcode == 0
+
+
+@pytest.mark.parametrize("array", [np.array([[1, 2], [3, 4]]), np.linspace(0, 1, 12).reshape(3, 4),
+                                   np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4),
+                                   np.array([[2**64 - 1, 0]], dtype=np.uint64)], ids=["int", "float64", "float32", "uint64"])
+def test_a_numeric_event_pickles_and_copies_with_its_numbers_exact(array):
+    import copy
+
+    event = sensorium.events.numeric(array)
+    for again in (pickle.loads(pickle.dumps(event)), copy.deepcopy(event), copy.copy(event)):
+        assert again.to_dict() == event.to_dict() and (again.channels, again.window) == (event.channels, event.window)
+
+
+def test_a_numeric_event_is_not_rebuilt_from_anything_else():
+    with pytest.raises(sensorium.errors.InvalidArgumentError, match="numeric_array"):
+        sensorium.events.NumericEvent._from_json(b'{"type": "data.text", "event_data": {"contents": "x"}}')

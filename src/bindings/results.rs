@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::client::query::{output_texts, warnings, EmbeddingMatrix};
+use crate::client::Error;
 use crate::wire::query::QueryResponse;
 
 /// JSON text as Python objects, by the standard library's C parser.
@@ -223,6 +224,33 @@ impl NumericEvent {
 
     fn __repr__(&self) -> String {
         format!("NumericEvent(channels={}, window={})", self.channels, self.window)
+    }
+
+    /// Pickles (and copies) as its JSON text, so the numbers come back exactly as written
+    /// (a uint64 beyond float64's integers included).
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>,))> {
+        let py = slf.py();
+        let rebuild = slf.get_type().getattr("_from_json")?;
+        Ok((rebuild, (PyBytes::new(py, &slf.get().json),)))
+    }
+
+    /// The event again from the JSON `__reduce__` gave; checked, since a pickle comes from outside.
+    #[staticmethod]
+    fn _from_json(py: Python<'_>, json: &[u8]) -> PyResult<Self> {
+        let shape = || -> Option<(usize, usize)> {
+            let event: serde_json::Value = serde_json::from_slice(json).ok()?;
+            if event.get("type")?.as_str()? != "data.numeric_array" {
+                return None;
+            }
+            let rows = event.get("event_data")?.get("contents")?.as_array()?;
+            let window = rows.first()?.as_array()?.len();
+            let numbers = |row: &serde_json::Value| row.as_array().is_some_and(|r| r.len() == window && r.iter().all(serde_json::Value::is_number));
+            rows.iter().all(numbers).then_some((rows.len(), window))
+        };
+        let (channels, window) = shape().ok_or_else(|| {
+            super::errors::to_pyerr(py, Error::invalid_argument("json", "is not a data.numeric_array event"))
+        })?;
+        Ok(NumericEvent { json: Bytes::copy_from_slice(json), channels, window })
     }
 }
 
