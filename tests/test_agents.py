@@ -233,8 +233,16 @@ def test_wait_sees_the_end_in_the_logs_when_the_status_lags(agents_emu, run):
     t0 = time.monotonic()
     agent = run(lambda c: c.agents.instances.wait(started.id, timeout=20))
     assert agent.status == "completed" and time.monotonic() - t0 < 20
+    # The record and its JSON agree: to_dict() said "running" while .status said "completed".
+    assert agent.to_dict()["status"] == "completed" and agent.id == started.id
     with agents_emu.client() as client:
         assert client.agents.instances.get(started.id).status == "running", "the record still lags"
+    # Cancel answers 409 (the run has ended) while the record still says running: the agent
+    # returned is the ended one, as wait() returns it, not a "running" one.
+    with pytest.raises(ConflictError):
+        run(lambda c: c.agents.instances.cancel(started.id))
+    canceled = run(lambda c: c.agents.instances.cancel(started.id, ok_if_terminal=True))
+    assert canceled.status == "completed" and canceled.is_terminal and canceled.to_dict()["status"] == "completed"
 
 
 def test_ctrl_c_interrupts_a_blocking_wait(agents_emu, tmp_path):
@@ -535,3 +543,52 @@ def test_command_line_work_duration_and_page_size():
             assert c.agents.instances.wait(started.id, timeout=20).status == "completed"
     finally:
         stop_cli(proc)
+
+
+@pytest.mark.parametrize("page_size", [2, 100])
+def test_blueprints_listed_before_an_id_are_every_newer_one_once(client_kind, page_size):
+    """`before=` lists newer blueprints; page 2 used to send the pager's `after` beside the
+    fixed `before`, which the platform refuses (400 'mutually exclusive')."""
+    with Emulator(page_size=page_size) as emu:
+        run = lambda op: run_on(client_kind, op, api_key=emu.api_key, base_url=emu.base_url)  # noqa: E731
+        with emu.client() as client:
+            ids = [client.agents.blueprints.create(f"k{i}", document=DOCUMENT).id for i in range(6)]
+            newest_first = [b.id for b in client.agents.blueprints.list()]
+        pivot = newest_first.index(ids[0])
+        for limit in (None, 2):
+            newer = [b.id for b in run(lambda c: c.agents.blueprints.list(before=ids[0], limit=limit))]
+            assert sorted(newer) == sorted(newest_first[:pivot]) and len(newer) == pivot, limit
+            older = [b.id for b in run(lambda c: c.agents.blueprints.list(after=ids[3], limit=limit))]
+            assert older == newest_first[newest_first.index(ids[3]) + 1:], limit
+
+
+def test_optimization_wait_feeds_the_bar_with_its_trials(agents_emu, run, monkeypatch):
+    """An optimization's record counts its trials (`progress`, `budget.max_trials`): the bar
+    shows done/total instead of the status word alone."""
+    import types
+
+    bars: list[Any] = []
+
+    class FakeBar:
+        def __init__(self, **kwargs: Any) -> None:
+            self.total, self.n, self.bar_format, self.counts, self.closed = kwargs.get("total"), 0, "", [], False
+            bars.append(self)
+
+        def set_postfix_str(self, text: str) -> None:
+            self.counts.append((self.n, self.total, text))
+
+        def close(self) -> None:
+            self.closed = True
+
+    fake = types.ModuleType("tqdm.auto")
+    fake.tqdm = FakeBar  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
+    monkeypatch.setitem(sys.modules, "tqdm.auto", fake)
+    file_id = _upload(agents_emu)
+    osm = run(lambda c: c.agents.blueprints.get("osm"))
+    opt = run(lambda c: c.agents.optimizations.create(osm.id, objective="macro_f1", validation_examples=[file_id],
+                                                      max_trials=3))
+    assert run(lambda c: c.agents.optimizations.wait(opt.id, timeout=60, progress=True)).status == "completed"
+    (bar,) = bars
+    assert bar.counts[-1] == (3, 3, "completed") and bar.closed
+    assert all(total == 3 for _, total, _ in bar.counts)

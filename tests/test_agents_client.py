@@ -116,12 +116,16 @@ def test_document_and_yaml_in_agreement_are_both_sent(call):
     assert bp.id == "blp_1" and bp.is_active
 
 
-def test_a_yaml_text_given_as_document_is_parsed_and_kept(call):
-    text = "graph:\n  edges: []\n"
+def test_yaml_goes_out_as_given_without_a_local_reading_of_it(call):
+    """The spec lets yaml_document come alone and the platform parse it. A local (PyYAML, YAML
+    1.1) reading sent beside it as `document` turned `normalize: yes` into true, `0755` into 493
+    and a date into a date object, which the platform then refused or stored wrongly."""
+    text = "graph:\n  edges: []\nvalues:\n  normalize: yes\n  code: 0755\n  since: 2024-01-01\n"
     with FakeServer(routes({"POST /v0.5/agents/blueprints": ok(BLUEPRINT)})) as server:
         call(server.base_url, lambda c: c.agents.blueprints.create("k", document=text))
-        assert json.loads(server.bodies[0]) == {"blueprint_key": "k", "document": {"graph": {"edges": []}},
-                                                "yaml_document": text}
+        call(server.base_url, lambda c: c.agents.blueprints.create("k", yaml_document=text))
+        for body in server.bodies:
+            assert json.loads(body) == {"blueprint_key": "k", "yaml_document": text}
 
 
 # How requests go out
@@ -294,3 +298,156 @@ def test_records_from_the_wire_notes():
     ev = Eval.from_dict(json.loads('{"id": "evl_1", "status": "completed", "metrics_report": {"targets": {"state": '
                                    '{"class_names": ["a"], "confusion_matrix": [[1]]}}}}'))
     assert ev.metrics_report["targets"]["state"]["confusion_matrix"] == [[1]]
+
+
+# Checks before sending: strict booleans, values the spec fixes
+
+
+def _with_emulator(emu: Any, client_kind: str) -> Callable[..., Any]:
+    return lambda operation: run_on(client_kind, operation, api_key=emu.api_key, base_url=emu.base_url)
+
+
+DOC = {"graph": {"edges": [{"from": "source", "to": "sink"}]},
+       "connectors": {"source": {"key": "MultiModalSource", "config": {}}, "sink": {"key": "RecordsSink", "config": {}}}}
+
+
+@pytest.mark.parametrize("operation, argument", [
+    (lambda c: c.agents.instances.list(status=True), "status"),
+    (lambda c: c.agents.blueprints.create("k", document=DOC, replacement_of=5), "replacement_of"),
+    (lambda c: c.agents.bundles.create("osm", name="n", description=5), "description"),
+    (lambda c: c.agents.blueprints.list(before=5), "before"),
+    (lambda c: c.agents.bundles.run("bnd_1", b"a.csv"), "source"),
+    (lambda c: c.agents.instances.download_results("agt_1", 5), "directory"),
+])
+def test_wrong_types_are_refused_naming_the_argument(emu, client_kind, operation, argument):
+    with pytest.raises(TypeError) as info:
+        _with_emulator(emu, client_kind)(operation)
+    assert str(info.value).startswith(f"{argument}:")
+    assert emu.requests == []
+
+
+@pytest.mark.parametrize("operation, argument", [
+    # Booleans are True or False only: canonical="false" is truthy, and published the blueprint
+    # to every organization.
+    (lambda c: c.agents.blueprints.create("k", document=DOC, canonical="false"), "canonical"),
+    (lambda c: c.agents.blueprints.list(bundles_count="yes"), "bundles_count"),
+    (lambda c: c.agents.blueprints.get("osm", yaml="no"), "yaml"),
+    (lambda c: c.agents.bundles.get("bnd_1", include_latest_runs="no"), "include_latest_runs"),
+    (lambda c: c.agents.evals.create("blp_1", "a.csv", emit_predictions="yes"), "emit_predictions"),
+    (lambda c: c.agents.instances.cancel("agt_1", ok_if_terminal="no"), "ok_if_terminal"),
+    (lambda c: c.agents.instances.wait("agt_1", progress="no"), "progress"),
+    (lambda c: c.batch.jobs.cancel("job_1", ok_if_terminal=1), "ok_if_terminal"),
+    (lambda c: c.lens.sessions.stream("lsn-1", heartbeats="no"), "heartbeats"),
+    (lambda c: c.agents.bundles.run("bnd_1", "a.csv", mode="batch"), "mode"),  # CHOICES: mode is "serving"
+    (lambda c: c.agents.bundles.run("bnd_1", "a.csv", mode="Serving"), "mode"),
+    (lambda c: c.agents.instances.list(status="done"), "status"),  # not a state of the Agent table
+    (lambda c: c.agents.bundles.create("osm", name="n", models={"classifier": 5}), "models"),
+    (lambda c: c.agents.bundles.create("osm", name=" "), "name"),
+    (lambda c: c.agents.optimizations.create("blp_1", objective=None, validation_examples="a.csv", max_trials=1),
+     "objective"),
+    (lambda c: c.agents.blueprints.list(after=""), "after"),
+    (lambda c: c.agents.blueprints.create("k", document=DOC, replacement_of=""), "replacement_of"),
+    (lambda c: c.agents.blueprints.create(" ", document=DOC), "blueprint_key"),
+    (lambda c: c.agents.evals.create("blp_1", {"inputs": []}), "examples"),
+])
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the lens case warns that lens is deprecated
+def test_values_the_spec_rules_out_are_refused_before_sending(emu, client_kind, operation, argument):
+    with pytest.raises(InvalidArgumentError) as info:
+        _with_emulator(emu, client_kind)(operation)
+    assert info.value.argument == argument, str(info.value)
+    assert emu.requests == []
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), float("-inf"), -1, "5", True])
+def test_wait_refuses_a_timeout_that_is_not_finite_seconds(emu, client_kind, timeout):
+    """NaN never compares as expired: a wait given it never timed out."""
+    waits = [lambda c: c.agents.instances.wait("agt_1", timeout=timeout),
+             lambda c: c.agents.evals.wait("evl_1", timeout=timeout),
+             lambda c: c.agents.optimizations.wait("opt_1", timeout=timeout),
+             lambda c: c.batch.jobs.wait("job_1", timeout=timeout),
+             lambda c: c.fine_tuning.jobs.wait("ftj_1", timeout=timeout)]
+    for wait in waits:
+        with pytest.raises(InvalidArgumentError) as info:
+            _with_emulator(emu, client_kind)(wait)
+        assert info.value.argument == "timeout"
+    assert emu.requests == []
+
+
+def test_yaml_and_document_that_agree_as_the_platform_reads_yaml_are_sent(call):
+    """`yes`, `0755` and a date are text to the platform (YAML 1.2); PyYAML's YAML 1.1 reading
+    (true, 493, a date) made the client call this document and YAML different."""
+    doc = {"graph": {"edges": []}, "values": {"normalize": "yes", "code": "0755", "since": "2024-01-01"}}
+    text = "graph: {edges: []}\nvalues:\n  normalize: yes\n  code: 0755\n  since: 2024-01-01\n"
+    with FakeServer(routes({"POST /v0.5/agents/blueprints": ok(BLUEPRINT)})) as server:
+        call(server.base_url, lambda c: c.agents.blueprints.create("k", document=doc, yaml_document=text))
+        assert json.loads(server.bodies[0]) == {"blueprint_key": "k", "document": doc, "yaml_document": text}
+
+
+# wait() under a timeout whose polls fail
+
+
+def test_a_wait_timeout_bounds_the_retries_of_its_polls(emu, client_kind):
+    """503 with Retry-After: 10 on every status read: wait(timeout=1) used to sleep through the
+    core's retries (20 s) and raise the 503. It now gives up when the server asks to come back
+    after the deadline: WaitTimeoutError, from the 503, after one request."""
+    from sensorium.errors import InternalServerError
+
+    emu.inject("GET", "/agents/instances/*", 503, retry_after=10, times=None)
+    with pytest.raises(WaitTimeoutError) as info:
+        _with_emulator(emu, client_kind)(lambda c: c.agents.instances.wait("agt_1", timeout=1))
+    assert isinstance(info.value.__cause__, InternalServerError) and info.value.__cause__.status == 503
+    assert len(emu.requests) == 1
+
+
+def test_a_poll_that_fails_once_is_retried_within_the_timeout(call):
+    answers = iter([response(503, b'{"errors": [{"code": "server_at_capacity", "message": "busy"}]}'),
+                    response(200, json.dumps({**AGENT, "status": "completed"}).encode())])
+    with FakeServer(routes({"GET /v0.5/agents/instances/agt_1": lambda: next(answers)})) as server:
+        agent = call(server.base_url, lambda c: c.agents.instances.wait("agt_1", timeout=30), max_retries=2)
+        assert agent.status == "completed" and len(server.requests) == 2
+
+
+# Records under the lagging status; the key in failures
+
+
+def test_a_failure_echoing_the_key_does_not_carry_it(client_kind):
+    """The run's error text (a 200 answer, not redacted like error bodies) quoted the key; it
+    reached AgentRunError's message, its error, its logs, its agent and its pickle."""
+    import pickle
+
+    from sensorium.testing import Emulator
+
+    with Emulator(work_duration=0.1) as emu:
+        key = emu.api_key
+        with emu.client() as client:
+            client.files.upload_base64("a.csv", b"t,x\n1,2\n3,4\n")
+            bundle = client.agents.bundles.create("osm", name="x")
+        emu.fail_next_job("agent", error=f"upstream refused Authorization: Bearer {key}")
+        started = _with_emulator(emu, client_kind)(lambda c: c.agents.bundles.run(bundle.id, "a.csv"))
+        with pytest.raises(AgentRunError) as info:
+            _with_emulator(emu, client_kind)(lambda c: c.agents.instances.wait(started.id, timeout=30))
+    error = info.value
+    assert "Bearer <redacted>" in str(error) and error.error and "<redacted>" in error.error
+    for text in (str(error), repr(error), error.error, repr(error.agent), json.dumps(error.agent.to_dict()),
+                 json.dumps([log.to_dict() for log in error.logs])):
+        assert key not in text
+    assert key.encode() not in pickle.dumps(error)
+    assert any(log.event_type == "job.failed" for log in error.logs)
+
+
+def test_the_async_resources_are_the_classes_the_stubs_name():
+    """agents.pyi spelled AsyncBlueprints, AsyncInstances, ... which did not exist at runtime: an
+    import of them (or an isinstance check) failed."""
+    from sensorium.resources import agents, batch, fine_tuning
+
+    client = sensorium.AsyncClient(api_key="sk-test", base_url="http://127.0.0.1:9")
+    assert isinstance(client.agents.blueprints, agents.AsyncBlueprints)
+    assert isinstance(client.agents.bundles, agents.AsyncBundles)
+    assert isinstance(client.agents.instances, agents.AsyncInstances)
+    assert isinstance(client.agents.evals, agents.AsyncEvals)
+    assert isinstance(client.agents.optimizations, agents.AsyncOptimizations)
+    assert isinstance(client.agents.nodes, agents.AsyncNodes)
+    assert isinstance(client.batch.jobs, batch.AsyncJobs) and isinstance(client.batch.pipelines, batch.AsyncPipelines)
+    assert isinstance(client.fine_tuning.jobs, fine_tuning.AsyncFineTuningJobs)
+    blocking = sensorium.Client(api_key="sk-test", base_url="http://127.0.0.1:9")
+    assert not isinstance(blocking.agents.instances, agents.AsyncInstances)

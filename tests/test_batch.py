@@ -6,7 +6,9 @@ records, and the --list-style flag."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -186,6 +188,68 @@ def test_failed_inputs_leave_the_job_completed_without_their_outputs(run, batch_
     assert [o.data["filename"] for o in run(lambda c: c.batch.jobs.outputs(job.id))] == ["pred_pump_loud_part_1.csv"]
 
 
+def test_the_failed_inputs_warning_names_the_callers_line(batch_emu):
+    """It pointed into sensorium's runner (_endpoints.py), on both clients."""
+    import warnings
+
+    def warned_at(call: Callable[[], Any]) -> tuple[str, int]:
+        batch_emu.fail_next_job("batch", failed_inputs=["pump_quiet.csv"])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            line = call()
+        (warning,) = [w for w in caught if "failed input" in str(w.message)]
+        assert warning.filename == __file__, warning.filename
+        return warning.lineno, line
+
+    inputs = {"worker.inference": ["pump_quiet.csv", "pump_loud.csv"], "worker.n_shots": N_SHOTS}
+    with batch_emu.client() as client:
+        def blocking() -> int:
+            job = create_machine_state(client, inputs)
+            client.batch.jobs.wait(job.id, timeout=30); return sys._getframe().f_lineno  # noqa: E702
+        assert len(set(warned_at(blocking))) == 1
+
+    async def awaited() -> int:
+        async with sensorium.AsyncClient(api_key=batch_emu.api_key, base_url=batch_emu.base_url) as c:
+            job = await create_machine_state(c, inputs)
+            await c.batch.jobs.wait(job.id, timeout=30); return sys._getframe().f_lineno  # noqa: E702
+
+    assert len(set(warned_at(lambda: asyncio.run(awaited())))) == 1
+
+
+def test_a_job_failure_that_echoes_the_key_does_not_carry_it(client_kind):
+    import pickle
+
+    key = "sk-SECRET-abcdef0123456789"
+    with Emulator(work_duration=0.1, api_key=key) as emu:
+        upload_examples(emu)
+        emu.fail_next_job("batch", error=f"auth to storage failed with key {key}")
+        job = run_on(client_kind, create_machine_state, api_key=key, base_url=emu.base_url)
+        with pytest.raises(JobFailedError) as info:
+            run_on(client_kind, lambda c: c.batch.jobs.wait(job.id, timeout=30), api_key=key, base_url=emu.base_url)
+    error = info.value
+    assert error.errors == ["auth to storage failed with key <redacted>"]
+    for text in (str(error), repr(error), repr(error.job), json.dumps(error.job.to_dict())):
+        assert key not in text
+    assert key.encode() not in pickle.dumps(error)
+
+
+@pytest.mark.parametrize("change, argument, kind", [
+    (dict(parameters="x"), "parameters", TypeError),
+    (dict(pipeline_type=""), "pipeline_type", InvalidArgumentError),
+    (dict(inputs={"worker.inference": [{"file_id": ""}]}), "inputs", InvalidArgumentError),
+    (dict(inputs={"worker.inference": []}), "inputs", InvalidArgumentError),
+    (dict(inputs={"worker.inference": ["pump_quiet.csv"], "worker.n_shots": []}), "inputs", InvalidArgumentError),
+])
+def test_create_refuses_what_cannot_run_before_sending(batch_emu, change, argument, kind):
+    arguments = {"pipeline_key": MACHINE_STATE, "inputs": {"worker.inference": ["pump_quiet.csv"]}, **change}
+    batch_emu.clear_requests()
+    with batch_emu.client() as client:
+        with pytest.raises(kind) as info:
+            client.batch.jobs.create("b", **arguments)
+    assert getattr(info.value, "argument", str(info.value).split(":")[0]) == argument
+    assert batch_emu.requests == []
+
+
 def test_a_failed_job_raises_and_retry_runs_it_again(run, batch_emu):
     batch_emu.fail_next_job("batch", error="BackoffLimitExceeded")
     job = run(create_machine_state)
@@ -228,8 +292,11 @@ def test_cancel_running_then_terminal_with_and_without_ok_if_terminal(client_kin
             time.sleep(0.05)
         with pytest.raises(ConflictError):
             call(lambda c: c.batch.jobs.delete(job.id))
-        answer = call(lambda c: c.batch.jobs.cancel(job.id))
-        assert answer["id"] == job.id and answer["status"] == "CANCELLED" and answer["cancelled_at"].endswith("Z")
+        # The record whichever way the cancel goes: the POST's answer on a running job, as the
+        # GET's record on a terminal one (it was a raw dict here, so `.status` failed).
+        answer = call(lambda c: c.batch.jobs.cancel(job.id, ok_if_terminal=True))
+        assert isinstance(answer, BatchJob) and answer.id == job.id and answer.status == "CANCELLED"
+        assert answer.to_dict()["cancelled_at"].endswith("Z")
         assert call(lambda c: c.batch.jobs.get(job.id)).status == "CANCELLED"
         with pytest.raises(ConflictError):
             call(lambda c: c.batch.jobs.cancel(job.id))
@@ -238,7 +305,7 @@ def test_cancel_running_then_terminal_with_and_without_ok_if_terminal(client_kin
             call(lambda c: c.batch.jobs.cancel("job_missing", ok_if_terminal=True))
         assert {i["status"] for i in call(lambda c: c.batch.jobs.inputs(job.id))} == {"CANCELLED"}
         assert call(lambda c: c.batch.jobs.retry(job.id)).status == "PENDING"
-        call(lambda c: c.batch.jobs.cancel(job.id))
+        assert call(lambda c: c.batch.jobs.cancel(job.id)).status == "CANCELLED"
         call(lambda c: c.batch.jobs.delete(job.id))
         with pytest.raises(NotFoundError):
             call(lambda c: c.batch.jobs.get(job.id))

@@ -118,6 +118,20 @@ def test_create_keeps_the_seed_and_suffix_as_sent(ft_emu):
     assert reply.status == 201 and reply.json()["seed"] == -5 and reply.json()["user_provided_suffix"] == "v2"
 
 
+def test_logs_page_after_and_before_an_event(ft_emu, run):
+    """`logs(before=...)` failed on page 2 (the pager sent `after` beside `before`: 400), and
+    `after=` was missing. Each walk gives every event on its side of the pivot once."""
+    job = run(_create)
+    run(lambda c: c.fine_tuning.jobs.wait(job.id, timeout=30))
+    every = [e.id for e in run(lambda c: c.fine_tuning.jobs.logs(job.id))]
+    assert len(every) >= 5
+    oldest, middle = every[-1], every[len(every) // 2]
+    newer = [e.id for e in run(lambda c: c.fine_tuning.jobs.logs(job.id, before=oldest, limit=2))]
+    assert sorted(newer) == sorted(every[:-1]) and len(newer) == len(every) - 1
+    older = [e.id for e in run(lambda c: c.fine_tuning.jobs.logs(job.id, after=middle, limit=2))]
+    assert older == every[every.index(middle) + 1:]
+
+
 def test_hyphenated_index_routes(ft_emu):
     with ft_emu.client() as client:
         job = _create(client)

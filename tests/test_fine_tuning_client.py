@@ -121,6 +121,83 @@ def test_logs_filters_and_limit(call):
             client.fine_tuning.jobs.logs("ftj_1", limit=101)
 
 
+def test_helpers_take_column_lists_of_any_kind():
+    """`df.columns[1:]` (a pandas Index) and numpy arrays crashed: `value == "auto"` compared them
+    elementwise. Numpy numbers go out as plain JSON numbers."""
+    import numpy as np
+    import pandas as pd
+
+    frame = pd.DataFrame({"time": [1], "vib_x": [1.0], "vib_y": [2.0]})
+    for columns in (frame.columns[1:], frame.columns[1:].to_numpy(), np.array(["vib_x", "vib_y"]), ("vib_x", "vib_y")):
+        for method in (ft.head(data_columns=columns, n_epochs=np.int64(3)), ft.knn(data_columns=columns)):
+            reader = method[method["type"]]["reader"]
+            assert reader["data_columns"] == ["vib_x", "vib_y"]
+            assert json.loads(json.dumps(method)) == method
+    assert ft.head(n_epochs=np.int64(3))["head"]["hyperparameters"]["n_epochs"] == 3
+
+
+@pytest.mark.parametrize("build, argument, kind", [
+    (lambda: ft.plain("t.jsonl", format=3), "format", TypeError),
+    (lambda: ft.n_shot("a.csv", "a", format=""), "format", InvalidArgumentError),
+    (lambda: ft.lora(learning_rate_multiplier=float("nan")), "learning_rate_multiplier", InvalidArgumentError),
+])
+def test_helpers_refuse_values_the_spec_rules_out(build, argument, kind):
+    with pytest.raises(kind) as info:
+        build()
+    assert getattr(info.value, "argument", str(info.value).split(":")[0]) == argument
+
+
+@pytest.mark.parametrize("change, argument, kind", [
+    (dict(training_files=None), "training_files", InvalidArgumentError),
+    (dict(training_files=5), "training_files", TypeError),
+    (dict(suffix=5), "suffix", TypeError),
+    (dict(checkpoint_id=5), "checkpoint_id", TypeError),
+])
+def test_create_refuses_bad_arguments_naming_them(emu, change, argument, kind):
+    arguments = {"name": "x", "method": ft.head(), "training_files": [ft.n_shot("a.csv", "a")], **change}
+    with emu.client() as client:
+        with pytest.raises(kind) as info:
+            client.fine_tuning.jobs.create("omega", **arguments)
+    assert getattr(info.value, "argument", str(info.value).split(":")[0]) == argument
+    assert emu.requests == []
+
+
+def test_a_failed_job_echoing_the_key_does_not_carry_it(call):
+    failed = {**JOB, "status": "FAILED", "errors": [{"code": "auth", "message": "storage refused key sk-test"}]}
+    with FakeServer(routes({"GET /v0.6/fine_tuning/jobs/ftj_1": lambda: failed})) as server:
+        with pytest.raises(JobFailedError) as info:
+            call(server.base_url, lambda c: c.fine_tuning.jobs.wait("ftj_1"))
+    assert info.value.errors == ["storage refused key <redacted>"]
+    assert "sk-test" not in str(info.value) and "sk-test" not in json.dumps(info.value.job.to_dict())
+
+
+def test_logs_follow_pages_answered_without_a_next_cursor(call):
+    """The spec answers logs as `{object, data, has_more}`: no `next_cursor`. The pager read
+    such a page as the last; it now goes on from the id of the page's edge event."""
+    events = [{"id": f"ev_{i}", "created_at": i, "level": "INFO", "type": "step", "message": f"m{i}"}
+              for i in range(5, 0, -1)]  # newest first
+    seen: list[dict[str, list[str]]] = []
+
+    def script(head: bytes) -> list[Any]:
+        query = parse_qs(urlsplit(head.split(b"\r\n")[0].decode().split(" ")[1]).query)
+        seen.append(query)
+        ids = [e["id"] for e in events]
+        if "before" in query:
+            end = ids.index(query["before"][0])
+            page, more = events[max(end - 2, 0):end], end - 2 > 0
+        else:
+            start = ids.index(query["after"][0]) + 1 if "after" in query else 0
+            page, more = events[start:start + 2], start + 2 < len(events)
+        return [response(200, json.dumps({"object": "list", "data": page, "has_more": more}).encode())]
+
+    with FakeServer(script) as server:
+        every = call(server.base_url, lambda c: c.fine_tuning.jobs.logs("ftj_1", limit=2))
+        newer = call(server.base_url, lambda c: c.fine_tuning.jobs.logs("ftj_1", before="ev_1", limit=2))
+    assert [e.id for e in every] == ["ev_5", "ev_4", "ev_3", "ev_2", "ev_1"]
+    assert sorted(e.id for e in newer) == ["ev_2", "ev_3", "ev_4", "ev_5"] and len(newer) == 4
+    assert seen[1] == {"limit": ["2"], "after": ["ev_4"]} and seen[-1] == {"limit": ["2"], "before": ["ev_3"]}
+
+
 def test_jobs_list_types_each_kind(call):
     page = {"data": [JOB, {"id": "job_1", "name": "b", "pipeline_type": "batch", "status": "PAUSED"}],
             "has_more": False, "next_cursor": None}

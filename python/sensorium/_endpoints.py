@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generator, Generic, Literal, Mapping, Optional, Protocol, TypeVar, Union
 from urllib.parse import quote
 
+from ._options import Options
 from ._progress import ProgressCallback, reporting, reporting_async
-from .errors import InvalidArgumentError
+from ._secrets import KeyRedactor
+from .errors import APIResponseValidationError, InvalidArgumentError
 from .pagination import AsyncPager, Page, SyncPager
 
 T = TypeVar("T")
@@ -38,9 +42,21 @@ def _identity(raw: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class Bounds:
+    """Limits of one call tighter than the client's: each attempt (connecting, reading, the
+    whole answer) within ``seconds``, and at most ``max_retries`` retries. A multi-step
+    operation with a deadline of its own (``wait(timeout=...)``) sets them so that the core's
+    retries and their backoff cannot carry it past that deadline."""
+
+    seconds: float
+    max_retries: int
+
+
+@dataclass(frozen=True)
 class Request(Generic[T]):
     """One JSON call: ``path`` under ``surface``'s base URL; ``cast`` builds the result from the
-    answer's JSON (``None`` for an empty answer)."""
+    answer's JSON (``None`` for an empty answer); ``bounds`` tightens the client's options for
+    this call only."""
 
     method: str
     path: str
@@ -48,12 +64,16 @@ class Request(Generic[T]):
     body: Any = None
     surface: Surface = "api"
     cast: Callable[[Any], T] = _identity
+    bounds: Optional[Bounds] = None
 
 
 @dataclass(frozen=True)
 class ListRequest(Generic[T]):
     """A list, followed page by page. ``cursor_param`` is where the next page's cursor goes
-    (``after`` for most lists, ``cursor`` for batch, ``offset`` for offset-style lists)."""
+    (``after`` for most lists, ``before`` for one walked towards the newest, ``cursor`` for
+    batch, ``offset`` for offset-style lists). ``item_cursors``: the answer says ``has_more``
+    but may give no ``next_cursor`` (the spec's fine-tuning logs), and an item's ``id`` is the
+    cursor."""
 
     path: str
     item: Callable[[Any], T]
@@ -61,6 +81,7 @@ class ListRequest(Generic[T]):
     surface: Surface = "api"
     cursor_param: str = "after"
     start: Optional[str] = None
+    item_cursors: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,7 +110,15 @@ class CollectList(Generic[T]):
     request: ListRequest[T]
 
 
-Step = Union[Request[Any], Sleep, Native[Any], CollectList[Any]]
+@dataclass(frozen=True)
+class Scrub(Generic[T]):
+    """``value`` (texts, JSON, records) with the client's API key taken out, for what an
+    operation builds from successful answers that may echo it (failures' messages and records)."""
+
+    value: T
+
+
+Step = Union[Request[Any], Sleep, Native[Any], CollectList[Any], Scrub[Any]]
 Operation = Generator[Step, Any, T]
 
 
@@ -112,6 +141,37 @@ def segment(value: Any, argument: str) -> str:
         ) from None
 
 
+def cursor_walk(after: Optional[str], before: Optional[str]) -> tuple[str, Optional[str]]:
+    """The ``(cursor_param, start)`` of a list that pages with ``after``/``before`` (exclusive,
+    newest first in both directions). A list started with ``before`` keeps walking that way:
+    each next page asks ``before=<next_cursor>``, which the platform gives as the newest item of
+    the page, so the walk reaches the newest item without skipping or repeating one. Sending the
+    pager's usual ``after`` beside the fixed ``before`` was refused as exclusive (400)."""
+    if after is not None and before is not None:
+        raise InvalidArgumentError("before: after and before exclude each other", argument="before")
+    for name, cursor in (("after", after), ("before", before)):
+        if cursor is None:
+            continue
+        if not isinstance(cursor, str):
+            raise TypeError(f"{name}: expected an id (a str), got {type(cursor).__name__}")
+        if not cursor:
+            raise InvalidArgumentError(f"{name}: is empty; it takes the id of an item of the list", argument=name)
+    return ("before", before) if before is not None else ("after", after)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_caller(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` pointing at the first line outside sensorium: the user's call. An
+    operation runs inside the runner's loop, a different depth on ``Client`` and on
+    ``AsyncClient``, so no fixed ``stacklevel`` can name that line."""
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
+
+
 def query(**params: Any) -> dict[str, Any]:
     """Query parameters with the ones not given (``None``) left out."""
     return {k: v for k, v in params.items() if v is not None}
@@ -131,13 +191,45 @@ class _CursorParam:
         return params
 
     def page(self, raw: Any, request: ListRequest[T]) -> Page[T]:
+        if request.item_cursors:
+            raw = _item_cursor_page(raw, self.name)
         if isinstance(raw, dict) and raw.get("next_param"):
             self.name = str(raw["next_param"])
         return Page.from_raw(raw, request.item)
 
 
+def _item_cursor_page(raw: Any, direction: str) -> dict[str, Any]:
+    """The page of a list answered as ``{data, has_more}`` (read as it came: the core's page
+    reading ends a list whose page has no ``next_cursor``). Its next cursor, when not given, is
+    the id of the page's oldest item walking ``after``, of its newest walking ``before``."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
+        raise APIResponseValidationError(f"expected a list page {{data, has_more}}, got {type(raw).__name__}",
+                                         body=repr(raw)[:2000])
+    data = raw["data"]
+    cursor = raw.get("next_cursor")
+    if not cursor and data:
+        edge = data[0] if direction == "before" else data[-1]
+        cursor = edge.get("id") if isinstance(edge, dict) else None
+    has_more = bool(raw.get("has_more")) and isinstance(cursor, str) and bool(cursor)
+    return {"data": data, "has_more": has_more, "next_cursor": cursor if has_more else None}
+
+
 class _HasCore(Protocol):
     _core: Any
+    _options: Options
+    _key_redactor: KeyRedactor
+
+
+def _bounded(client: _HasCore, bounds: Optional[Bounds]) -> Any:
+    """The client's core, or a copy of it (sharing its connections) within ``bounds``."""
+    core = client._core
+    if bounds is None:
+        return core
+    options = client._options
+    seconds = bounds.seconds
+    total = seconds if options.timeout is None else min(options.timeout, seconds)
+    return core.with_options(total, min(options.connect_timeout, seconds), min(options.read_timeout, seconds),
+                             min(options.max_retries, bounds.max_retries), list(options.default_headers))
 
 
 class SyncRunner:
@@ -152,17 +244,22 @@ class SyncRunner:
     def _core(self) -> Any:
         return self._client._core
 
+    @property
+    def options(self) -> Options:
+        """The client's options (timeouts, retries), as operations written once read them."""
+        return self._client._options
+
     def call(self, request: Request[T]) -> T:
-        raw = self._core().request(request.method, request.surface, request.path, dict(request.query),
-                                   request.body, False, False)
+        raw = _bounded(self._client, request.bounds).request(request.method, request.surface, request.path,
+                                                             dict(request.query), request.body, False, False)
         return request.cast(raw)
 
     def pager(self, request: ListRequest[T]) -> SyncPager[T]:
         where = _CursorParam(request.cursor_param)
 
         def fetch(cursor: Optional[str]) -> Page[T]:
-            raw = self._core().request("GET", request.surface, request.path, where.params(request, cursor), None, True,
-                                       False)
+            raw = self._core().request("GET", request.surface, request.path, where.params(request, cursor), None,
+                                       not request.item_cursors, False)
             return where.page(raw, request)
 
         return SyncPager(fetch, request.start)
@@ -192,6 +289,8 @@ class SyncRunner:
             return list(self.pager(step.request))
         if isinstance(step, Native):
             return self.native(step)
+        if isinstance(step, Scrub):
+            return self._client._key_redactor.value(step.value)
         raise TypeError(f"unknown step {step!r}")
 
     def native(self, step: Native[T]) -> T:
@@ -214,9 +313,14 @@ class AsyncRunner:
     def _core(self) -> Any:
         return self._client._core
 
+    @property
+    def options(self) -> Options:
+        """See :attr:`SyncRunner.options`."""
+        return self._client._options
+
     async def call(self, request: Request[T]) -> T:
-        raw = await self._core().request(request.method, request.surface, request.path, dict(request.query),
-                                         request.body, False, True)
+        raw = await _bounded(self._client, request.bounds).request(request.method, request.surface, request.path,
+                                                                   dict(request.query), request.body, False, True)
         return request.cast(raw)
 
     def pager(self, request: ListRequest[T]) -> AsyncPager[T]:
@@ -224,7 +328,7 @@ class AsyncRunner:
 
         async def fetch(cursor: Optional[str]) -> Page[T]:
             raw = await self._core().request("GET", request.surface, request.path, where.params(request, cursor), None,
-                                             True, True)
+                                             not request.item_cursors, True)
             return where.page(raw, request)
 
         return AsyncPager(fetch, request.start)
@@ -254,6 +358,8 @@ class AsyncRunner:
             return [item async for item in self.pager(step.request)]
         if isinstance(step, Native):
             return await self.native(step)
+        if isinstance(step, Scrub):
+            return self._client._key_redactor.value(step.value)
         raise TypeError(f"unknown step {step!r}")
 
     async def native(self, step: Native[T]) -> T:

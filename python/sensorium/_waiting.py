@@ -4,15 +4,25 @@ an optional tqdm line, a timeout, and the failure raised with its record."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
-from ._endpoints import Operation, Request, Sleep
-from .errors import AgentRunError, InvalidArgumentError, SensoriumError, WaitTimeoutError
+from ._arguments import flag
+from ._endpoints import Bounds, Operation, Request, Scrub, Sleep
+from .errors import (
+    AgentRunError,
+    APIConnectionError,
+    APIStatusError,
+    InvalidArgumentError,
+    SensoriumError,
+    WaitTimeoutError,
+)
 from .types import TERMINAL_STATUSES, AgentLog
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 # Log event types that say a run has ended; the status field is known to lag behind them.
 TERMINAL_EVENTS = {"job.completed": "completed", "job.failed": "failed", "job.canceled": "canceled",
@@ -23,6 +33,15 @@ MAX_POLL_SECONDS = 5.0
 POLL_GROWTH = 1.3
 # While the logs are polled, the record is read too every this many rounds.
 RECORD_EVERY = 4
+# Under a timeout every poll gets at least this long to answer, so `timeout=0` still means "look
+# once" rather than "fail at once"; a wait overruns its timeout by at most one such poll.
+MIN_POLL_BUDGET_SECONDS = 1.0
+# The statuses the spec says to retry (the core's retry rule, repeated because under a timeout
+# wait retries its polls itself), and the core's backoff without Retry-After: 0.5 s doubling,
+# capped at 8 s.
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRY_FIRST_SECONDS = 0.5
+RETRY_MAX_SECONDS = 8.0
 
 
 def agent_status(record: Any) -> str:
@@ -37,6 +56,38 @@ def agent_failure(record: Any, logs: list[AgentLog], what: str) -> SensoriumErro
         (log.message for log in logs if log.event_type == "job.failed" and log.message), None)
     return AgentRunError(f"{what} failed: {error or '(no error given)'}", agent=record, error=error, logs=logs)
 
+
+def ended_in(logs: list[AgentLog]) -> Optional[str]:
+    """The terminal status the log lines show (``completed``, ``failed``, ``canceled``), if any."""
+    return next((TERMINAL_EVENTS[log.event_type] for log in logs if log.event_type in TERMINAL_EVENTS), None)
+
+
+def with_status(record: R, status: str) -> R:
+    """``record`` saying ``status``, in its attributes and in ``to_dict()`` alike (a record whose
+    attribute and JSON disagreed would tell a caller who saves ``to_dict()`` the stale status)."""
+    rebuilt: R = type(record).from_dict({**record.to_dict(), "status": status})  # type: ignore[attr-defined]
+    return rebuilt
+
+
+def progress_counts(record: Any) -> Optional[tuple[int, int]]:
+    """``(done, total)`` from a record's ``progress`` (optimizations: trials ``completed`` and
+    ``failed`` of ``pending + running + completed + failed``, or of ``budget.max_trials``), or
+    ``None`` when the record carries no counts (agent runs, evaluations, batch and fine-tuning
+    jobs: the spec gives their records no progress count)."""
+    progress = getattr(record, "progress", None)
+    if not isinstance(progress, dict):
+        return None
+    counts = {k: v for k, v in progress.items() if isinstance(v, int) and not isinstance(v, bool) and v >= 0}
+    if "completed" not in counts:
+        return None
+    done = counts["completed"] + counts.get("failed", 0)
+    budget = getattr(record, "budget", None)
+    total = budget.get("max_trials") if isinstance(budget, dict) else None
+    if not isinstance(total, int) or isinstance(total, bool) or total < done:
+        total = sum(counts.get(k, 0) for k in ("pending", "running", "completed", "failed"))
+    return done, max(total, done)
+
+
 def _poll_delays() -> Iterable[float]:
     delay = FIRST_POLL_SECONDS
     while True:
@@ -45,7 +96,8 @@ def _poll_delays() -> Iterable[float]:
 
 
 class _StatusBar:
-    """``progress=True`` on ``wait``: a tqdm line with the status and the time waited."""
+    """``progress=True`` on ``wait``: a tqdm line with the status and the time waited, and a bar
+    of done/total where the record counts its progress."""
 
     def __init__(self, enabled: bool, description: str) -> None:
         self._bar: Any = None
@@ -58,64 +110,131 @@ class _StatusBar:
                                        argument="progress") from None
         self._bar = tqdm(total=None, desc=description, bar_format="{desc}: {postfix} [{elapsed}]")
 
-    def show(self, status: str) -> None:
-        if self._bar is not None:
-            self._bar.set_postfix_str(status)
+    def show(self, status: str, counts: Optional[tuple[int, int]] = None) -> None:
+        if self._bar is None:
+            return
+        if counts is not None:
+            done, total = counts
+            if self._bar.total != total:
+                self._bar.total = total
+                self._bar.bar_format = "{desc}: {n}/{total} {bar}{postfix} [{elapsed}]"
+            self._bar.n = done
+        self._bar.set_postfix_str(status)
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
 
 
+class _DeadlinePassed(Exception):
+    """A poll could not be answered before the wait's deadline; ``__cause__`` says why."""
+
+
+def _transient(error: BaseException) -> bool:
+    if isinstance(error, APIStatusError):
+        return error.status in RETRYABLE_STATUSES
+    return isinstance(error, APIConnectionError)
+
+
+def _poll(request: Request[T], deadline: Optional[float], max_retries: int) -> Operation[T]:
+    """One poll. Without a deadline, the client's retry rule applies as to any call. With one,
+    each attempt is bounded by the time left and wait retries the poll itself (up to
+    ``max_retries`` times, with the core's backoff or the server's ``Retry-After``), so that no
+    retry or backoff sleeps past the deadline: when the next attempt would come too late,
+    ``_DeadlinePassed`` is raised from the last error."""
+    if deadline is None:
+        answer: T = yield request
+        return answer
+    failures = 0
+    while True:
+        budget = max(deadline - time.monotonic(), MIN_POLL_BUDGET_SECONDS)
+        try:
+            answer = yield replace(request, bounds=Bounds(budget, 0))
+            return answer
+        except SensoriumError as error:
+            if not _transient(error):
+                raise
+            failures += 1
+            retry_after = getattr(error, "retry_after", None)
+            pause = retry_after if retry_after is not None else min(
+                RETRY_FIRST_SECONDS * 2 ** (failures - 1), RETRY_MAX_SECONDS)
+            if time.monotonic() + pause >= deadline:
+                raise _DeadlinePassed() from error
+            if failures > max_retries:
+                raise
+            yield Sleep(pause)
+
+
 def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], Request[list[AgentLog]]]],
-             timeout: Optional[float], progress: bool, what: str, *,
+             timeout: Optional[float], progress: bool, what: str, *, max_retries: int,
              status_of: Callable[[Any], str] = agent_status,
-             failure: Callable[[Any, list[AgentLog], str], SensoriumError] = agent_failure) -> Operation[R]:
+             failure: Callable[[Any, list[AgentLog], str], SensoriumError] = agent_failure,
+             counts: Callable[[Any], Optional[tuple[int, int]]] = progress_counts) -> Operation[R]:
     """Polls with backoff until ``status_of(record)`` is ``completed``, ``failed`` or
     ``canceled``. With ``recent_logs`` the logs decide too, because the status field lags: while
     the record says running, each round reads only the newest log lines (one request), and the
     record is fetched again when they show the terminal event (then returned with the status the
     logs show), or every few rounds in case a deployment logs nothing. A failed end raises
-    ``failure(record, logs, what)``."""
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
-        raise InvalidArgumentError(f"timeout: is {timeout!r}; it takes seconds (0 or more) or None",
-                                   argument="timeout")
+    ``failure(record, logs, what)``, with the client's key taken out of it. ``timeout`` bounds
+    the polls' retries too; when it passes, ``WaitTimeoutError`` (from the last poll's error, if
+    one failed)."""
+    check_timeout(timeout)
+    flag(progress, "progress")
     deadline = None if timeout is None else time.monotonic() + timeout
     bar = _StatusBar(progress, what)
     delays = iter(_poll_delays())
     logs: list[AgentLog] = []
     ended: Optional[str] = None
+    record: Any = None
+    status = ""
     try:
-        record: Any = yield get()
+        record = yield from _poll(get(), deadline, max_retries)
         round_number = 0
         while True:
             round_number += 1
             status = status_of(record)
             if status not in TERMINAL_STATUSES and ended is not None:
                 status = ended
-                record = replace(record, status=ended)
-            bar.show(status or "?")
+                record = with_status(record, ended)
+            bar.show(status or "?", counts(record))
             if status in TERMINAL_STATUSES:
                 if status == "failed":
                     if not logs and recent_logs is not None:
-                        logs = yield recent_logs()
+                        try:
+                            logs = yield from _poll(recent_logs(), deadline, max_retries)
+                        except _DeadlinePassed:
+                            pass  # the failure matters more than its log lines
+                    record, logs = yield Scrub((record, logs))
                     raise failure(record, logs, what)
                 finished: R = record
                 return finished
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise WaitTimeoutError(f"{what} is still {status or 'unfinished'} after {timeout}s; it goes on on the "
-                                       "platform (wait again, or cancel it)", record=record)
+                raise _timed_out(what, status, timeout, record)
             delay = next(delays)
             yield Sleep(delay if remaining is None else min(delay, remaining))
             if recent_logs is not None and round_number % RECORD_EVERY != 0:
-                logs = yield recent_logs()
-                ended = next((TERMINAL_EVENTS[log.event_type] for log in logs if log.event_type in TERMINAL_EVENTS),
-                             None)
+                logs = yield from _poll(recent_logs(), deadline, max_retries)
+                ended = ended_in(logs)
                 if ended is None:
                     continue
-            record = yield get()
+            record = yield from _poll(get(), deadline, max_retries)
+    except _DeadlinePassed as passed:
+        raise _timed_out(what, status, timeout, record) from passed.__cause__
     finally:
         bar.close()
 
 
+def check_timeout(timeout: Any) -> None:
+    """``wait``'s ``timeout``: seconds, 0 or more and finite, or ``None``. NaN would never
+    compare as expired (the wait would never end), and infinity is what ``None`` says."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout < 0:
+        raise InvalidArgumentError(f"timeout: is {timeout!r}; it takes seconds (0 or more, finite), or None for no "
+                                   "limit", argument="timeout")
+
+
+def _timed_out(what: str, status: str, timeout: Optional[float], record: Any) -> WaitTimeoutError:
+    return WaitTimeoutError(f"{what} is still {status or 'unfinished'} after {timeout}s; it goes on on the platform "
+                            "(wait again, or cancel it)", record=record)

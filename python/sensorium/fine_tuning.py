@@ -15,8 +15,11 @@ a number or ``"auto"`` (the default)::
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+import math
+from numbers import Integral, Real
+from typing import Any, Iterable, Optional, Union
 
+from ._arguments import strings, text
 from .errors import InvalidArgumentError
 from .types import FileRecord
 
@@ -26,24 +29,36 @@ Auto = Union[int, float, str]
 AUTO = "auto"
 
 
+def _auto(value: Any) -> bool:
+    # Compared only as a string: `==` on a numpy array or pandas Index is elementwise.
+    return isinstance(value, str) and value == AUTO
+
+
 def _number(value: Any, argument: str, *, whole: bool = False) -> Any:
-    if value == AUTO:
+    """A hyperparameter: ``"auto"`` or a number above 0 (numpy scalars too, sent as plain
+    ``int``/``float``); a whole number where the spec says integer."""
+    if _auto(value):
         return value
-    kinds = (int,) if whole else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
-        kind = "a whole number" if whole else "a number"
-        raise InvalidArgumentError(f"{argument}: is {value!r}; it takes {kind} above 0 or 'auto'", argument=argument)
-    return value
+    kind = Integral if whole else Real
+    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:
+        name = "a whole number" if whole else "a finite number"
+        raise InvalidArgumentError(f"{argument}: is {value!r}; it takes {name} above 0 or 'auto'", argument=argument)
+    return int(value) if isinstance(value, Integral) else float(value)
 
 
 def _columns(value: Any) -> Any:
-    if value == AUTO:
+    """``"auto"`` or CSV column names: any sequence of strings (a list, a pandas ``Index`` such
+    as ``df.columns[1:]``, a numpy array)."""
+    if _auto(value):
         return value
-    if isinstance(value, str) or not isinstance(value, Sequence) or not value or \
-            not all(isinstance(c, str) and c for c in value):
-        raise InvalidArgumentError(f"data_columns: is {value!r}; it takes a list of CSV column names or 'auto'",
+    try:
+        columns = strings(value, "data_columns")
+    except TypeError:
+        columns = []
+    if not columns or not all(columns):
+        raise InvalidArgumentError(f"data_columns: is {value!r:.80}; it takes a list of CSV column names or 'auto'",
                                    argument="data_columns")
-    return list(value)
+    return columns
 
 
 def _reader(window_size: Auto, step_size: Auto, data_columns: Any) -> dict[str, Any]:
@@ -84,7 +99,7 @@ def knn(*, batch_size: Auto = AUTO, n_neighbors: Auto = AUTO, metric: str = AUTO
         if not isinstance(value, str) or not value:
             raise InvalidArgumentError(f"{name}: is {value!r}; it takes a name such as 'cosine' or 'auto'",
                                        argument=name)
-    if not isinstance(normalize_embeddings, bool) and normalize_embeddings != AUTO:
+    if not isinstance(normalize_embeddings, bool) and not _auto(normalize_embeddings):
         raise InvalidArgumentError(f"normalize_embeddings: is {normalize_embeddings!r}; it takes True, False or "
                                    "'auto'", argument="normalize_embeddings")
     return {"type": "knn", "knn": {
@@ -108,7 +123,7 @@ def plain(file_id: Union[str, FileRecord], *, format: Optional[str] = None) -> d
     {'type': 'plain', 'file_id': 'train.jsonl'}
     """
     entry: dict[str, Any] = {"type": "plain", "file_id": _file_id(file_id)}
-    if format is not None:
+    if text(format, "format") is not None:
         entry["format"] = format
     return entry
 
@@ -123,7 +138,7 @@ def n_shot(file_id: Union[str, FileRecord], label: str, *, format: Optional[str]
         raise InvalidArgumentError(f"label: is {label!r}; it takes the class name the file's examples show",
                                    argument="label")
     entry: dict[str, Any] = {"type": "n_shot", "file_id": _file_id(file_id), "label": label}
-    if format is not None:
+    if text(format, "format") is not None:
         entry["format"] = format
     return entry
 
@@ -138,12 +153,18 @@ def _family(model: str) -> Optional[str]:
 
 
 def _files(files: Any, argument: str) -> list[dict[str, Any]]:
+    if files is None:
+        raise InvalidArgumentError(f"{argument}: is required; build each file with fine_tuning.plain(...) or "
+                                   "fine_tuning.n_shot(...)", argument=argument)
     if isinstance(files, (str, dict, FileRecord)):
         files = [files]
+    if not isinstance(files, Iterable):
+        raise TypeError(f"{argument}: expected a list of files (fine_tuning.plain/n_shot), got {type(files).__name__}")
     out = []
     for entry in files:
         if isinstance(entry, dict):
-            if "type" not in entry or "file_id" not in entry:
+            if not isinstance(entry.get("type"), str) or not isinstance(entry.get("file_id"), str) \
+                    or not entry["file_id"]:
                 raise InvalidArgumentError(f"{argument}: {entry!r} needs 'type' and 'file_id'; build it with "
                                            "fine_tuning.plain(...) or fine_tuning.n_shot(...)", argument=argument)
             out.append(dict(entry))

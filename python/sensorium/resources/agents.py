@@ -13,15 +13,17 @@ Example::
 from __future__ import annotations
 
 import os
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar, Union
 
 import yaml
 
 from .._downloads import download_listed
-from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, query, segment
+from .._arguments import flag, folder, mapping, one_of, string, text
+from .._arguments import limit as page_size
+from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, cursor_walk, query, segment
 from .._progress import ProgressCallback
-from .._waiting import wait_for
+from .._waiting import ended_in, wait_for, with_status
 from ..errors import ConflictError, InvalidArgumentError
 from ..types import (
     Agent,
@@ -42,33 +44,36 @@ __all__ = ["Agents", "AsyncAgents"]
 
 R = TypeVar("R")
 SourceItem = Union[str, FileRecord, Mapping[str, Any]]
+Source = Union[SourceItem, Sequence[SourceItem]]
+StrPath = Union[str, "os.PathLike[str]"]
 
 BUNDLE_SORTS = ("created_at", "last_run_at", "name")
 ORDERS = ("asc", "desc")
+# The Agent state table's states, and the spelling some deployments use for canceled.
+AGENT_STATUSES = ("running", "paused", "completed", "failed", "canceled", "cancelled")
+# `bundles.run(mode=...)`: the one mode the platform names besides the default run.
+RUN_MODES = ("serving",)
+# Page sizes of the agents lists (the spec's blueprint list: 1 to 1000).
+MAX_LIMIT = 1000
 
 
-def _one_of(value: Optional[str], allowed: Sequence[str], argument: str) -> Optional[str]:
-    if value is not None and value not in allowed:
-        raise InvalidArgumentError(f"{argument}: is {value!r}; it takes one of {', '.join(allowed)}", argument=argument)
-    return value
+def _limit(value: Any) -> Optional[int]:
+    return page_size(value, most=MAX_LIMIT)
 
 
-def _limit(limit: Optional[int]) -> Optional[int]:
-    if limit is None:
+def _models(models: Any) -> Optional[dict[str, str]]:
+    """The 1.1.10 slot map: slot name -> registry tag, both strings (the platform refuses a
+    malformed slot reference when the bundle is created)."""
+    slots = mapping(models, "models")
+    if slots is None:
         return None
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise TypeError(f"limit: expected an int, got {type(limit).__name__}")
-    if not 1 <= limit <= 1000:
-        raise InvalidArgumentError(f"limit: is {limit}; it takes 1 to 1000", argument="limit")
-    return limit
-
-
-def _mapping(value: Any, argument: str) -> Optional[dict[str, Any]]:
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise TypeError(f"{argument}: expected a dict, got {type(value).__name__}")
-    return dict(value)
+    for slot, tag in slots.items():
+        if not isinstance(slot, str) or not slot:
+            raise InvalidArgumentError(f"models: slot names are non-empty strings, got {slot!r:.40}", argument="models")
+        if not isinstance(tag, str) or not tag.strip():
+            raise InvalidArgumentError(f"models: slot {slot!r} maps to {tag!r:.40}; it takes a registry tag (a "
+                                       "string)", argument="models")
+    return slots
 
 
 def data_ref(item: SourceItem, argument: str = "source") -> dict[str, Any]:
@@ -99,7 +104,7 @@ def data_ref(item: SourceItem, argument: str = "source") -> dict[str, Any]:
 def _refs(items: Any, argument: str) -> list[dict[str, Any]]:
     if isinstance(items, (str, FileRecord, Mapping)):
         items = [items]
-    if not isinstance(items, Iterable):
+    if isinstance(items, (bytes, bytearray)) or not isinstance(items, Iterable):
         raise TypeError(f"{argument}: expected file ids, FileRecords or data refs, got {type(items).__name__}")
     return [data_ref(item, argument) for item in items]
 
@@ -116,6 +121,8 @@ def _examples(examples: Any, argument: str) -> list[dict[str, Any]]:
         if isinstance(example, Mapping) and "inputs" in example:
             whole = dict(example)
             whole["inputs"] = _refs(whole["inputs"], argument)
+            if not whole["inputs"]:
+                raise InvalidArgumentError(f"{argument}: an example needs at least one input", argument=argument)
             out.append(whole)
         else:
             out.append({"inputs": [data_ref(example, argument)]})
@@ -124,34 +131,90 @@ def _examples(examples: Any, argument: str) -> list[dict[str, Any]]:
     return out
 
 
-def _without_id(document: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in document.items() if k != "blueprint_id"}
-
-
-def _parse_yaml(text: str, argument: str) -> dict[str, Any]:
+def _yaml_tree(text: str, argument: str) -> dict[str, Any]:
+    """The YAML text's tree with every scalar left as its text. Only what every YAML reading
+    agrees on is checked here (the syntax, a mapping at the top): what a plain scalar means is
+    the platform's to say. PyYAML reads YAML 1.1, where ``yes`` is true, ``0755`` octal and
+    ``2024-01-01`` a date; the platform reads them as YAML 1.2 does (text, and so on)."""
     try:
-        parsed = yaml.safe_load(text)
+        tree = yaml.load(text, Loader=yaml.BaseLoader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise InvalidArgumentError(f"{argument}: is not valid YAML{where}: {e.problem or e}", argument=argument) from None
     except yaml.YAMLError as e:
         raise InvalidArgumentError(f"{argument}: is not valid YAML: {e}", argument=argument) from None
-    if not isinstance(parsed, dict):
+    if not isinstance(tree, dict):
         raise InvalidArgumentError(f"{argument}: must describe a blueprint document (a mapping), got "
-                                   f"{type(parsed).__name__}", argument=argument)
-    return parsed
+                                   f"{'a list' if isinstance(tree, list) else 'a single value'}", argument=argument)
+    return tree
+
+
+_YAML_NULLS = frozenset({"", "~", "null", "Null", "NULL"})
+# YAML 1.1's booleans; YAML 1.2's (true/false in three casings) are among them.
+_YAML_BOOLS = frozenset(word for w in ("y", "yes", "n", "no", "true", "false", "on", "off")
+                        for word in (w, w.capitalize(), w.upper()))
+
+
+def _yaml_numbers(text: str) -> list[float]:
+    """Every number a plain scalar can mean in YAML 1.1 or 1.2 (``0755`` is 755 or octal 493,
+    ``1:30`` is 90 in 1.1, ...)."""
+    body = text.replace("_", "")
+    sign = -1 if body.startswith("-") else 1
+    body = body.lstrip("+-")
+    numbers: list[float] = []
+    for read in (lambda: int(body, 0), lambda: int(body, 10), lambda: int(body, 8), lambda: float(body)):
+        try:
+            numbers.append(sign * read())
+        except ValueError:
+            pass
+    if ":" in body:
+        try:
+            total = 0.0
+            for part in body.split(":"):
+                total = total * 60 + float(part)
+            numbers.append(sign * total)
+        except ValueError:
+            pass
+    return numbers
+
+
+def _differs(value: Any, tree: Any) -> bool:
+    """Whether ``value`` (a document's JSON) and ``tree`` (YAML, scalars as text) differ under
+    every reading of the YAML's scalars: a check that refuses only certain disagreements, so it
+    never refuses what the platform would take."""
+    if isinstance(tree, dict):
+        if not isinstance(value, Mapping) or {str(k) for k in value} != set(tree):
+            return True
+        return any(_differs(v, tree[str(k)]) for k, v in value.items())
+    if isinstance(tree, list):
+        if isinstance(value, (str, Mapping)) or not isinstance(value, Sequence) or len(value) != len(tree):
+            return True
+        return any(_differs(v, t) for v, t in zip(value, tree))
+    if isinstance(value, (Mapping, list, tuple)):
+        return True
+    if isinstance(value, str):
+        return value != tree
+    if value is None:
+        return tree not in _YAML_NULLS
+    if isinstance(value, bool):
+        return tree not in _YAML_BOOLS
+    if isinstance(value, (int, float)):
+        return value not in _yaml_numbers(tree)
+    return False
 
 
 def blueprint_documents(document: Any, yaml_document: Optional[str]) -> dict[str, Any]:
     """The ``document``/``yaml_document`` fields of a blueprint create: a dict or YAML text for
-    ``document``, YAML for ``yaml_document``; with both, they must describe the same blueprint."""
-    fields: dict[str, Any] = {}
+    ``document``, YAML for ``yaml_document``. YAML is sent as given (the platform reads it, as
+    the spec allows ``yaml_document`` alone), never replaced by a local reading of it; with a
+    dict too, the two are checked to describe the same blueprint before sending."""
+    argument = "yaml_document"
     if isinstance(document, str):
         if yaml_document is not None and yaml_document != document:
             raise InvalidArgumentError("document: given as YAML text and yaml_document differs; pass one",
                                        argument="document")
-        yaml_document, document = document, None
+        yaml_document, document, argument = document, None, "document"
     if document is not None and not isinstance(document, Mapping):
         raise TypeError(f"document: expected a dict or YAML text, got {type(document).__name__}")
     if yaml_document is not None and not isinstance(yaml_document, str):
@@ -159,15 +222,19 @@ def blueprint_documents(document: Any, yaml_document: Optional[str]) -> dict[str
     if document is None and yaml_document is None:
         raise InvalidArgumentError("document: a blueprint needs a document (a dict or YAML text) or yaml_document",
                                    argument="document")
-    parsed = _parse_yaml(yaml_document, "yaml_document") if yaml_document is not None else None
-    if document is not None and parsed is not None and _without_id(document) != _without_id(parsed):
-        differing = sorted(k for k in set(document) | set(parsed)
-                           if k != "blueprint_id" and document.get(k) != parsed.get(k))
-        raise InvalidArgumentError(
-            f"document: document and yaml_document describe different blueprints (they differ in "
-            f"{', '.join(differing)})", argument="document")
-    fields["document"] = dict(document) if document is not None else parsed
+    fields: dict[str, Any] = {}
+    if document is not None:
+        fields["document"] = dict(document)
     if yaml_document is not None:
+        tree = _yaml_tree(yaml_document, argument)
+        if document is not None:
+            given = {str(k): v for k, v in document.items()}
+            differing = sorted(k for k in set(given) | set(tree) if k != "blueprint_id" and (
+                k not in tree or k not in given or _differs(given[k], tree[k])))
+            if differing:
+                raise InvalidArgumentError(
+                    f"document: document and yaml_document describe different blueprints (they differ in "
+                    f"{', '.join(differing)})", argument="document")
         fields["yaml_document"] = yaml_document
     return fields
 
@@ -179,33 +246,36 @@ class Blueprints(Resource):
                canonical: bool = False, replacement_of: Optional[str] = None) -> Any:
         """Registers a blueprint (the admin role; ``canonical=True`` needs super-admin). ``document``
         is a dict or YAML text; with ``yaml_document`` too, both must describe the same blueprint.
+        YAML goes out as given and the platform reads it (as YAML 1.2: ``yes`` stays text).
         ``replacement_of`` (the ``blp_`` id of the key's active version) makes a new version.
 
         >>> client.agents.blueprints.create("my-osm", document=doc)  # doctest: +SKIP
         """
-        segment(blueprint_key, "blueprint_key")
+        segment(text(blueprint_key, "blueprint_key", required=True), "blueprint_key")
         body: dict[str, Any] = {"blueprint_key": blueprint_key, **blueprint_documents(document, yaml_document)}
-        if canonical:
+        if flag(canonical, "canonical"):
             body["canonical"] = True
-        if replacement_of is not None:
+        if text(replacement_of, "replacement_of") is not None:
             body["replacement_of"] = replacement_of
         return self._call(Request("POST", "/agents/blueprints", body=body, surface="agents", cast=Blueprint.from_dict))
 
     def list(self, *, key: Optional[str] = None, bundles_count: Optional[bool] = None, limit: Optional[int] = None,
              after: Optional[str] = None, before: Optional[str] = None) -> Any:
-        """Every blueprint visible to you, newest first, fetched page by page.
+        """Every blueprint visible to you, newest first, fetched page by page; ``after`` starts
+        below (older than) a blueprint id, ``before`` lists those newer than it.
 
         >>> [b.blueprint_key for b in client.agents.blueprints.list()]  # doctest: +SKIP
         """
-        if after is not None and before is not None:
-            raise InvalidArgumentError("before: after and before exclude each other", argument="before")
-        params = query(key=key, bundles_count=bundles_count, limit=_limit(limit), before=before)
-        return self._list(ListRequest("/agents/blueprints", BlueprintSummary.from_dict, params, "agents", start=after))
+        direction, start = cursor_walk(after, before)
+        params = query(key=text(key, "key"), bundles_count=flag(bundles_count, "bundles_count"), limit=_limit(limit))
+        return self._list(ListRequest("/agents/blueprints", BlueprintSummary.from_dict, params, "agents",
+                                      cursor_param=direction, start=start))
 
     def get(self, reference: str, *, yaml: bool = False) -> Any:
         """One blueprint by ``blp_`` id or key, with its document (and YAML when ``yaml=True``)."""
         path = f"/agents/blueprints/{segment(reference, 'reference')}"
-        return self._call(Request("GET", path, query(yaml=yaml or None), surface="agents", cast=Blueprint.from_dict))
+        return self._call(Request("GET", path, query(yaml=flag(yaml, "yaml") or None), surface="agents",
+                                  cast=Blueprint.from_dict))
 
     def delete(self, reference: str) -> Any:
         """Deletes a blueprint."""
@@ -233,10 +303,9 @@ class Bundles(Resource):
                 "model: bundles no longer take a single model (removed in release 1.1.10); pass models={slot: tag}",
                 argument="model")
         segment(blueprint, "blueprint")
-        if not isinstance(name, str) or not name:
-            raise InvalidArgumentError("name: a bundle needs a non-empty name", argument="name")
-        body = query(blueprint=blueprint, name=name, description=description, models=_mapping(models, "models"),
-                     values=_mapping(values, "values"), artifacts=_mapping(artifacts, "artifacts"))
+        text(name, "name", required=True)
+        body = query(blueprint=blueprint, name=name, description=string(description, "description"),
+                     models=_models(models), values=mapping(values, "values"), artifacts=mapping(artifacts, "artifacts"))
         return self._call(Request("POST", "/agents/bundles", body=body, surface="agents", cast=Bundle.from_dict))
 
     def list(self, *, sort: Optional[str] = None, order: Optional[str] = None, query: Optional[str] = None,
@@ -245,15 +314,15 @@ class Bundles(Resource):
 
         >>> [b.name for b in client.agents.bundles.list(query="Quick Start")]  # doctest: +SKIP
         """
-        params = {k: v for k, v in dict(sort=_one_of(sort, BUNDLE_SORTS, "sort"), order=_one_of(order, ORDERS, "order"),
-                                        query=query, blueprint_id=blueprint_id, limit=_limit(limit)).items()
-                  if v is not None}
+        params = {k: v for k, v in dict(sort=one_of(sort, BUNDLE_SORTS, "sort"), order=one_of(order, ORDERS, "order"),
+                                        query=string(query, "query"), blueprint_id=string(blueprint_id, "blueprint_id"),
+                                        limit=_limit(limit)).items() if v is not None}
         return self._list(ListRequest("/agents/bundles", Bundle.from_dict, params, "agents"))
 
     def get(self, bundle_id: str, *, include_latest_runs: bool = False) -> Any:
         """One bundle; ``include_latest_runs`` adds its five newest runs."""
         path = f"/agents/bundles/{segment(bundle_id, 'bundle_id')}"
-        params = query(include_latest_runs=include_latest_runs or None)
+        params = query(include_latest_runs=flag(include_latest_runs, "include_latest_runs") or None)
         return self._call(Request("GET", path, params, surface="agents", cast=Bundle.from_dict))
 
     def delete(self, bundle_id: str) -> Any:
@@ -270,7 +339,7 @@ class Bundles(Resource):
         >>> run = client.agents.bundles.run(bundle.id, ["a.csv", "b.csv"])  # doctest: +SKIP
         """
         path = f"/agents/bundles/{segment(bundle_id, 'bundle_id')}/run"
-        if mode == "serving":
+        if one_of(mode, RUN_MODES, "mode") == "serving":
             connectors: dict[str, Any] = {"source": _refs(source, "source") if source is not None else []}
         else:
             if source is None:
@@ -290,8 +359,11 @@ class Instances(Resource):
 
     def list(self, *, status: Optional[str] = None, query: Optional[str] = None, bundle_id: Optional[str] = None,
              blueprint_id: Optional[str] = None, limit: Optional[int] = None) -> Any:
-        """Every run of your organization, newest first; filters combine."""
-        params = {k: v for k, v in dict(status=status, query=query, bundle_id=bundle_id, blueprint_id=blueprint_id,
+        """Every run of your organization, newest first; filters combine. ``status`` is one of the
+        agent states (``running``, ``paused``, ``completed``, ``failed``, ``canceled``)."""
+        params = {k: v for k, v in dict(status=one_of(status, AGENT_STATUSES, "status"), query=string(query, "query"),
+                                        bundle_id=string(bundle_id, "bundle_id"),
+                                        blueprint_id=string(blueprint_id, "blueprint_id"),
                                         limit=_limit(limit)).items() if v is not None}
         return self._list(ListRequest("/agents/instances", Agent.from_dict, params, "agents"))
 
@@ -316,13 +388,15 @@ class Instances(Resource):
 
     def cancel(self, agent_id: str, *, ok_if_terminal: bool = False) -> Any:
         """Cancels a running or paused agent. The platform answers 409 when it has already ended;
-        with ``ok_if_terminal=True`` that is success and the agent's record is returned (an unknown
-        id is still ``NotFoundError``).
+        with ``ok_if_terminal=True`` that is success and the agent's record is returned, with the
+        terminal status its logs show when the record still lags behind (an unknown id is still
+        ``NotFoundError``).
 
         >>> client.agents.instances.cancel(run.id, ok_if_terminal=True).status  # doctest: +SKIP
         'canceled'
         """
-        return self._drive(self._cancel(agent_id, ok_if_terminal))
+        segment(agent_id, "agent_id")
+        return self._drive(self._cancel(agent_id, bool(flag(ok_if_terminal, "ok_if_terminal"))))
 
     def _cancel(self, agent_id: str, ok_if_terminal: bool) -> Operation[Agent]:
         try:
@@ -332,7 +406,11 @@ class Instances(Resource):
             if not ok_if_terminal:
                 raise
         current: Agent = yield Request("GET", self._path(agent_id), surface="agents", cast=Agent.from_dict)
-        return current
+        if current.is_terminal:
+            return current
+        # The 409 says the run has ended, and the record is known to lag: its logs say how.
+        ended = ended_in((yield self._recent_logs(agent_id)))
+        return with_status(current, ended) if ended is not None else current
 
     def events(self, agent_id: str) -> Any:
         """The run's events, page by page."""
@@ -341,7 +419,8 @@ class Instances(Resource):
     def logs(self, agent_id: str, *, level: Optional[str] = None, search: Optional[str] = None,
              limit: Optional[int] = None) -> Any:
         """The run's log lines, newest first; ``level`` and ``search`` narrow them."""
-        params = {k: v for k, v in dict(level=level, search=search, limit=_limit(limit)).items() if v is not None}
+        params = {k: v for k, v in dict(level=string(level, "level"), search=string(search, "search"),
+                                        limit=_limit(limit)).items() if v is not None}
         return self._list(ListRequest(self._path(agent_id, "/logs"), AgentLog.from_dict, params, "agents"))
 
     def results(self, agent_id: str) -> Any:
@@ -384,9 +463,10 @@ class Instances(Resource):
         segment(agent_id, "agent_id")
         return self._drive(wait_for(lambda: Request("GET", self._path(agent_id), surface="agents",
                                                     cast=Agent.from_dict),
-                                    lambda: self._recent_logs(agent_id), timeout, progress, f"agent {agent_id}"))
+                                    lambda: self._recent_logs(agent_id), timeout, progress, f"agent {agent_id}",
+                                    max_retries=self._runner.options.max_retries))
 
-    def download_results(self, agent_id: str, directory: Union[str, "os.PathLike[str]"], *,
+    def download_results(self, agent_id: str, directory: StrPath, *,
                          concurrency: Optional[int] = None, on_progress: Optional[ProgressCallback] = None,
                          progress: bool = False) -> Any:
         """Downloads every result file of a run into ``directory`` (created when missing), each
@@ -399,7 +479,7 @@ class Instances(Resource):
         [PosixPath('out/agt_..._output_line3.csv')]
         """
         listing = ListRequest(self._path(agent_id, "/results"), AgentResult.from_dict, surface="agents")
-        return self._drive(download_listed(listing, Path(os.fspath(directory)), surface="agents",
+        return self._drive(download_listed(listing, folder(directory), surface="agents",
                                            concurrency=concurrency, on_progress=on_progress, progress=progress,
                                            argument="agent_id"))
 
@@ -412,8 +492,9 @@ class Evals(Resource):
         """Starts an evaluation. ``examples`` are file ids, ``FileRecord``s, data refs or whole
         example dicts (``{"inputs": [...], "ground_truth": ...}``)."""
         segment(blueprint_id, "blueprint_id")
-        body = query(blueprint_id=blueprint_id, examples=_examples(examples, "examples"), name=name, primary=primary,
-                     targets=targets, emit_predictions=emit_predictions)
+        body = query(blueprint_id=blueprint_id, examples=_examples(examples, "examples"), name=string(name, "name"),
+                     primary=string(primary, "primary"), targets=targets,
+                     emit_predictions=flag(emit_predictions, "emit_predictions"))
         return self._call(Request("POST", "/agents/evals", body=body, surface="agents", cast=Eval.from_dict))
 
     def list(self, *, limit: Optional[int] = None) -> Any:
@@ -443,7 +524,8 @@ class Evals(Resource):
         """Waits until the evaluation ends; returns the final ``Eval`` (``AgentRunError`` if failed)."""
         segment(eval_id, "eval_id")
         return self._drive(wait_for(lambda: Request("GET", self._path(eval_id), surface="agents", cast=Eval.from_dict),
-                                    None, timeout, progress, f"evaluation {eval_id}"))
+                                    None, timeout, progress, f"evaluation {eval_id}",
+                                    max_retries=self._runner.options.max_retries))
 
 
 class Optimizations(Resource):
@@ -457,6 +539,12 @@ class Optimizations(Resource):
         if isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1:
             raise InvalidArgumentError(f"max_trials: is {max_trials!r}; it takes a whole number from 1",
                                        argument="max_trials")
+        if objective is None:
+            raise InvalidArgumentError("objective: is required (what the trials are scored by, e.g. a metric name)",
+                                       argument="objective")
+        if not isinstance(objective, (str, Mapping)):
+            raise TypeError(f"objective: expected a metric name (str) or an objective dict, got "
+                            f"{type(objective).__name__}")
         body = query(
             blueprint_id=blueprint_id, objective=objective,
             validation_examples=_examples(validation_examples, "validation_examples"),
@@ -464,7 +552,7 @@ class Optimizations(Resource):
             calibration_examples=None if calibration_examples is None
             else _examples(calibration_examples, "calibration_examples"),
             budget={"max_trials": max_trials}, search_space=search_space, overrides=overrides, constraints=constraints,
-            name=name)
+            name=string(name, "name"))
         return self._call(Request("POST", "/agents/optimizations", body=body, surface="agents",
                                   cast=Optimization.from_dict))
 
@@ -509,7 +597,8 @@ class Optimizations(Resource):
         segment(optimization_id, "optimization_id")
         return self._drive(wait_for(lambda: Request("GET", self._path(optimization_id), surface="agents",
                                                     cast=Optimization.from_dict),
-                                    None, timeout, progress, f"optimization {optimization_id}"))
+                                    None, timeout, progress, f"optimization {optimization_id}",
+                                    max_retries=self._runner.options.max_retries))
 
 
 class Nodes(Resource):
@@ -528,17 +617,44 @@ class Nodes(Resource):
         return nodes
 
 
+# The resources of `async_client.agents`: the same methods, which return awaitables and async
+# pagers there (the runner decides); the classes exist so that the stubs' names are real.
+class AsyncBlueprints(Blueprints):
+    """``async_client.agents.blueprints``."""
+
+
+class AsyncBundles(Bundles):
+    """``async_client.agents.bundles``."""
+
+
+class AsyncInstances(Instances):
+    """``async_client.agents.instances``."""
+
+
+class AsyncEvals(Evals):
+    """``async_client.agents.evals``."""
+
+
+class AsyncOptimizations(Optimizations):
+    """``async_client.agents.optimizations``."""
+
+
+class AsyncNodes(Nodes):
+    """``async_client.agents.nodes``."""
+
+
 class Agents:
     """``client.agents``: ``blueprints``, ``bundles``, ``instances``, ``evals``, ``optimizations``,
     ``nodes``."""
 
     def __init__(self, runner: Runner) -> None:
-        self.blueprints = Blueprints(runner)
-        self.bundles = Bundles(runner)
-        self.instances = Instances(runner)
-        self.evals = Evals(runner)
-        self.optimizations = Optimizations(runner)
-        self.nodes = Nodes(runner)
+        asynchronous = runner.asynchronous
+        self.blueprints = (AsyncBlueprints if asynchronous else Blueprints)(runner)
+        self.bundles = (AsyncBundles if asynchronous else Bundles)(runner)
+        self.instances = (AsyncInstances if asynchronous else Instances)(runner)
+        self.evals = (AsyncEvals if asynchronous else Evals)(runner)
+        self.optimizations = (AsyncOptimizations if asynchronous else Optimizations)(runner)
+        self.nodes = (AsyncNodes if asynchronous else Nodes)(runner)
 
 
 class AsyncAgents(Agents):

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import builtins
 import os
-import warnings
-from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
+from .._arguments import flag, folder, mapping, string, text
+from .._arguments import limit as page_size
 from .._downloads import download_listed
-from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, query, segment
+from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, query, segment, warn_caller
 from .._progress import ProgressCallback
 from .._waiting import wait_for
 from ..errors import ConflictError, InvalidArgumentError, JobFailedError, SensoriumError
@@ -26,6 +26,8 @@ from ..types import AgentLog, BatchEvent, BatchJob, BatchOutput, FileRecord, Pip
 from .fine_tuning import job_status
 
 __all__ = ["Batch", "AsyncBatch"]
+
+StrPath = Union[str, "os.PathLike[str]"]
 
 # Cursor-style batch lists page with `?limit=N&cursor=<next_cursor>` (CHOICES); offset-style
 # pages are recognised and followed with `offset`.
@@ -42,10 +44,13 @@ def _entry(item: Any, port: str) -> dict[str, Any]:
     if isinstance(item, Checkpoint):
         return {"kind": "checkpoint", "checkpoint_id": item.id}
     if isinstance(item, FileRecord):
-        return {"file_id": item.file_id}
+        item = item.file_id
     if isinstance(item, str) and item:
         return {"file_id": item}
-    if isinstance(item, Mapping) and (isinstance(item.get("file_id"), str) or item.get("kind") == "checkpoint"):
+    if isinstance(item, Mapping) and item.get("kind") == "checkpoint" and isinstance(item.get("checkpoint_id"), str) \
+            and item["checkpoint_id"]:
+        return dict(item)
+    if isinstance(item, Mapping) and isinstance(item.get("file_id"), str) and item["file_id"]:
         return dict(item)
     raise InvalidArgumentError(f"inputs: {item!r} on port {port!r} is not a file id, a FileRecord, a "
                                "{file_id, metadata} entry or a checkpoint", argument="inputs")
@@ -62,6 +67,9 @@ def _inputs(inputs: Any) -> dict[str, list[dict[str, Any]]]:
         if isinstance(items, (str, Mapping, FileRecord)) or not hasattr(items, "__iter__"):
             items = [items]
         out[port] = [_entry(item, port) for item in items]
+        if not out[port]:
+            raise InvalidArgumentError(f"inputs: port {port!r} has no inputs; give it at least one or leave it out",
+                                       argument="inputs")
     total = sum(len(v) for v in out.values())
     if total > MAX_INPUTS:
         raise InvalidArgumentError(f"inputs: {total} inputs; the platform takes at most {MAX_INPUTS} per job",
@@ -80,18 +88,18 @@ class Jobs(Resource):
     def create(self, name: str, *, pipeline_key: str, inputs: Any, parameters: Optional[Mapping[str, Any]] = None,
                pipeline_type: str = "batch", pipeline_version: Optional[str] = None) -> Any:
         """Starts a batch job of ``pipeline_key`` over ``inputs`` (port name -> inputs)."""
-        if not isinstance(name, str) or not name:
-            raise InvalidArgumentError("name: a batch job needs a name", argument="name")
+        text(name, "name", required=True)
         segment(pipeline_key, "pipeline_key")
+        text(pipeline_type, "pipeline_type", required=True)
         body = query(name=name, pipeline_type=pipeline_type, pipeline_key=pipeline_key,
-                     pipeline_version=pipeline_version, inputs=_inputs(inputs),
-                     parameters=dict(parameters) if parameters is not None else None)
+                     pipeline_version=text(pipeline_version, "pipeline_version"), inputs=_inputs(inputs),
+                     parameters=mapping(parameters, "parameters"))
         return self._call(Request("POST", "/batch/jobs", body=body, cast=BatchJob.from_dict))
 
     def list(self, *, status: Optional[str] = None, limit: Optional[int] = None) -> Any:
         """Every batch job, page by page (either list style)."""
-        return self._list(ListRequest("/batch/jobs", BatchJob.from_dict, query(status=status, limit=limit),
-                                      cursor_param=CURSOR))
+        return self._list(ListRequest("/batch/jobs", BatchJob.from_dict,
+                                      query(status=string(status, "status"), limit=page_size(limit)), cursor_param=CURSOR))
 
     def _path(self, job_id: str, tail: str = "") -> str:
         return f"/batch/jobs/{segment(job_id, 'job_id')}{tail}"
@@ -109,13 +117,16 @@ class Jobs(Resource):
         return self._call(Request("POST", self._path(job_id, "/retry"), cast=BatchJob.from_dict))
 
     def cancel(self, job_id: str, *, ok_if_terminal: bool = False) -> Any:
-        """Cancels a job (409 once it has ended; success then with ``ok_if_terminal=True``, which
-        returns the job's record). An unknown id is still ``NotFoundError``."""
-        return self._drive(self._cancel(job_id, ok_if_terminal))
+        """Cancels a job and returns its ``BatchJob`` as the server answers (``{id, status,
+        cancelled_at}``, the rest of the record in ``get``). 409 once it has ended; success then
+        with ``ok_if_terminal=True``, which returns the job's record. An unknown id is still
+        ``NotFoundError``."""
+        segment(job_id, "job_id")
+        return self._drive(self._cancel(job_id, bool(flag(ok_if_terminal, "ok_if_terminal"))))
 
-    def _cancel(self, job_id: str, ok_if_terminal: bool) -> Operation[Any]:
+    def _cancel(self, job_id: str, ok_if_terminal: bool) -> Operation[BatchJob]:
         try:
-            answer: Any = yield Request("POST", self._path(job_id, "/cancel"))
+            answer: BatchJob = yield Request("POST", self._path(job_id, "/cancel"), cast=BatchJob.from_dict)
             return answer
         except ConflictError:
             if not ok_if_terminal:
@@ -131,20 +142,22 @@ class Jobs(Resource):
                input_id: Optional[str] = None, limit: Optional[int] = None) -> Any:
         """The job's events, page by page; ``level`` matches exactly."""
         return self._list(ListRequest(self._path(job_id, "/events"), BatchEvent.from_dict,
-                                      query(level=level, event_type=event_type, input_id=input_id, limit=limit),
+                                      query(level=string(level, "level"), event_type=string(event_type, "event_type"),
+                                            input_id=string(input_id, "input_id"), limit=page_size(limit)),
                                       cursor_param=CURSOR))
 
     def inputs(self, job_id: str, *, port: Optional[str] = None, status: Optional[str] = None,
                search: Optional[str] = None) -> Any:
         """The inputs of every port; ``port``, ``status`` and ``search`` (file name or id) narrow them."""
-        return self._list(ListRequest(self._path(job_id, "/inputs"), dict, query(port=port, status=status,
-                                                                                  search=search), cursor_param=CURSOR))
+        return self._list(ListRequest(self._path(job_id, "/inputs"), dict,
+                                      query(port=string(port, "port"), status=string(status, "status"),
+                                            search=string(search, "search")), cursor_param=CURSOR))
 
     def outputs(self, job_id: str) -> Any:
         """The job's output files, page by page."""
         return self._list(ListRequest(self._path(job_id, "/outputs"), BatchOutput.from_dict, cursor_param=CURSOR))
 
-    def download_outputs(self, job_id: str, directory: Union[str, "os.PathLike[str]"], *,
+    def download_outputs(self, job_id: str, directory: StrPath, *,
                          concurrency: Optional[int] = None, on_progress: Optional[ProgressCallback] = None,
                          progress: bool = False) -> Any:
         """Downloads every output file of a job into ``directory`` (created when missing), each
@@ -158,7 +171,7 @@ class Jobs(Resource):
         [PosixPath('predictions/pred_pump_a_part_0.csv'), ...]
         """
         listing = ListRequest(self._path(job_id, "/outputs"), BatchOutput.from_dict, cursor_param=CURSOR)
-        return self._drive(download_listed(listing, Path(os.fspath(directory)), surface="api", concurrency=concurrency,
+        return self._drive(download_listed(listing, folder(directory), surface="api", concurrency=concurrency,
                                            on_progress=on_progress, progress=progress, argument="job_id"))
 
     def progress(self, job_id: str) -> Any:
@@ -184,12 +197,12 @@ class Jobs(Resource):
     def _wait(self, job_id: str, timeout: Optional[float], progress: bool) -> Operation[BatchJob]:
         job: BatchJob = yield from wait_for(lambda: Request("GET", self._path(job_id), cast=BatchJob.from_dict), None,
                                             timeout, progress, f"batch job {job_id}", status_of=job_status,
-                                            failure=batch_failure)
+                                            failure=batch_failure, max_retries=self._runner.options.max_retries)
         if job_status(job) == "completed":
             failed: builtins.list[dict[str, Any]] = yield from self._failed_inputs(job_id)
             if failed:
-                warnings.warn(f"batch job {job_id} completed with {len(failed)} failed input(s); "
-                              "client.batch.jobs.failed_inputs(job_id) lists them", stacklevel=2)
+                warn_caller(f"batch job {job_id} completed with {len(failed)} failed input(s); "
+                            "client.batch.jobs.failed_inputs(job_id) lists them")
         return job
 
 
@@ -210,12 +223,22 @@ class Pipelines(Resource):
         return self._call(Request("GET", f"/batch/registry/pipelines/{segment(pipeline_id, 'pipeline_id')}/schema"))
 
 
+# The resources of `async_client.batch`: the same methods, which return awaitables and async
+# pagers there (the runner decides); the classes exist so that the stubs' names are real.
+class AsyncJobs(Jobs):
+    """``async_client.batch.jobs``."""
+
+
+class AsyncPipelines(Pipelines):
+    """``async_client.batch.pipelines``."""
+
+
 class Batch:
     """``client.batch``: ``jobs`` and ``pipelines``."""
 
     def __init__(self, runner: Runner) -> None:
-        self.jobs = Jobs(runner)
-        self.pipelines = Pipelines(runner)
+        self.jobs = (AsyncJobs if runner.asynchronous else Jobs)(runner)
+        self.pipelines = (AsyncPipelines if runner.asynchronous else Pipelines)(runner)
 
 
 class AsyncBatch(Batch):

@@ -14,13 +14,18 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, query, segment
+from .._arguments import limit as page_size
+from .._arguments import string, text
+from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, cursor_walk, query, segment
 from .._waiting import wait_for
 from ..errors import InvalidArgumentError, JobFailedError, SensoriumError
 from ..fine_tuning import check_job
 from ..types import AgentLog, Checkpoint, FineTuningEvent, FineTuningJob
 
 __all__ = ["FineTuning", "AsyncFineTuning"]
+
+# The spec's page sizes of `GET /fine_tuning/jobs/{id}/logs`.
+MAX_LOGS_LIMIT = 100
 
 
 def job_status(record: Any) -> str:
@@ -54,13 +59,15 @@ class FineTuningJobs(Resource):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise InvalidArgumentError(f"seed: is {seed!r}; it takes an integer", argument="seed")
         body = check_job(model, method, training_files, validation_files)
-        body.update(query(name=name, suffix=suffix, seed=seed, checkpoint_id=checkpoint_id))
+        body.update(query(name=name, suffix=string(suffix, "suffix"), seed=seed,
+                          checkpoint_id=text(checkpoint_id, "checkpoint_id")))
         return self._call(Request("POST", "/fine_tuning/jobs", body=body, surface="fine_tuning",
                                   cast=FineTuningJob.from_dict))
 
     def list(self, *, limit: Optional[int] = None) -> Any:
         """Every fine-tuning job, newest first, page by page."""
-        return self._list(ListRequest("/fine_tuning/jobs", FineTuningJob.from_dict, query(limit=limit), "fine_tuning"))
+        return self._list(ListRequest("/fine_tuning/jobs", FineTuningJob.from_dict, query(limit=page_size(limit)),
+                                      "fine_tuning"))
 
     def _path(self, job_id: str, tail: str = "") -> str:
         return f"/fine_tuning/jobs/{segment(job_id, 'job_id')}{tail}"
@@ -94,13 +101,15 @@ class FineTuningJobs(Resource):
                                       surface="fine_tuning"))
 
     def logs(self, job_id: str, *, level: Optional[str] = None, q: Optional[str] = None,
-             limit: Optional[int] = None, before: Optional[str] = None) -> Any:
-        """All events, worker events included, newest first. ``level`` matches exactly; ``q``
-        searches message and type; ``limit`` is 1 to 100."""
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100):
-            raise InvalidArgumentError(f"limit: is {limit!r}; fine-tuning logs take 1 to 100", argument="limit")
-        return self._list(ListRequest(self._path(job_id, "/logs"), FineTuningEvent.from_dict,
-                                      query(level=level, q=q, limit=limit, before=before), "fine_tuning"))
+             limit: Optional[int] = None, after: Optional[str] = None, before: Optional[str] = None) -> Any:
+        """All events, worker events included, newest first, page by page. ``level`` matches
+        exactly; ``q`` searches message and type; ``limit`` (the page size) is 1 to 100; ``after``
+        starts below (older than) an event id, ``before`` lists the events newer than it."""
+        direction, start = cursor_walk(after, before)
+        params = query(level=string(level, "level"), q=string(q, "q"), limit=page_size(limit, most=MAX_LOGS_LIMIT))
+        # The spec's answer is `{object, data, has_more}`: the events' ids are the cursors.
+        return self._list(ListRequest(self._path(job_id, "/logs"), FineTuningEvent.from_dict, params, "fine_tuning",
+                                      cursor_param=direction, start=start, item_cursors=True))
 
     def metrics(self, job_id: str) -> Any:
         """The job's training metrics (a list of dicts, one per step and metric)."""
@@ -122,7 +131,8 @@ class FineTuningJobs(Resource):
         return self._drive(wait_for(lambda: Request("GET", self._path(job_id), surface="fine_tuning",
                                                     cast=FineTuningJob.from_dict),
                                     None, timeout, progress, f"fine-tuning job {job_id}",
-                                    status_of=job_status, failure=job_failure))
+                                    status_of=job_status, failure=job_failure,
+                                    max_retries=self._runner.options.max_retries))
 
     def plot_metrics(self, job_id: str) -> Any:
         """Draws the job's loss and metric curves over the steps with matplotlib (``pip install
@@ -151,11 +161,16 @@ class FineTuningJobs(Resource):
         return figure
 
 
+class AsyncFineTuningJobs(FineTuningJobs):
+    """``async_client.fine_tuning.jobs``: the same methods, which return awaitables and async
+    pagers there (the runner decides); the class exists so that the stub's name is real."""
+
+
 class FineTuning:
     """``client.fine_tuning``: ``jobs``."""
 
     def __init__(self, runner: Runner) -> None:
-        self.jobs = FineTuningJobs(runner)
+        self.jobs = (AsyncFineTuningJobs if runner.asynchronous else FineTuningJobs)(runner)
 
 
 class AsyncFineTuning(FineTuning):

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import yaml
 
+from .._arguments import flag
 from .._core import NumericEvent
 from .._endpoints import Native, Operation, Request, Resource, Runner, query, segment
 from .._numeric import as_channels
@@ -30,6 +31,9 @@ from ..types import REDACTED_KEY, Lens, LensSession, StreamEvent, lens_session_s
 
 __all__ = ["LensRuntime", "AsyncLensRuntime", "EventStream", "AsyncEventStream", "SessionSocket",
            "AsyncSessionSocket", "warn_deprecated"]
+
+# A lens's `model_pipeline`: its processors, each `{processor_name, processor_config}`.
+Processors = Sequence[Mapping[str, Any]]
 
 _warned = False
 
@@ -189,7 +193,8 @@ class Sessions(Resource):
 
         session: LensSession = yield from wait_for(
             lambda: Request("GET", "/lens/sessions/info", query(session_id=session_id), cast=LensSession.from_dict),
-            None, timeout, False, f"lens session {session_id}", status_of=progress_word, failure=ended)
+            None, timeout, False, f"lens session {session_id}", status_of=progress_word, failure=ended,
+            max_retries=self._runner.options.max_retries)
         return session
 
     def stream(self, session_id: str, *, last_event_id: Optional[str] = None, heartbeats: bool = False) -> Any:
@@ -208,7 +213,7 @@ class Sessions(Resource):
         path = f"/lens/sessions/consumer/{segment(session_id, 'session_id')}"
         if last_event_id is not None and not isinstance(last_event_id, str):
             raise TypeError(f"last_event_id: expected a str, got {type(last_event_id).__name__}")
-        feed = self._runner._core().open_stream(path, last_event_id, bool(heartbeats))
+        feed = self._runner._core().open_stream(path, last_event_id, bool(flag(heartbeats, "heartbeats")))
         kind = AsyncEventStream if self._runner.asynchronous else EventStream
         return kind(feed, last_event_id)
 
@@ -224,7 +229,7 @@ class Sessions(Resource):
         ...     print(socket.read())
         """
         _text(session_id, "session_id")
-        return self._drive(self._connect(session_id, bool(subprotocol)))
+        return self._drive(self._connect(session_id, bool(flag(subprotocol, "subprotocol"))))
 
     def _connect(self, session_id: str, subprotocol: bool) -> Operation[SessionSocket]:
         session: LensSession = yield Request("GET", "/lens/sessions/info", query(session_id=session_id),
@@ -249,7 +254,7 @@ class LensRuntime(Resource):
         super().__init__(runner)
         self.sessions = (AsyncSessions if runner.asynchronous else Sessions)(runner)
 
-    def register(self, name: Union[str, Mapping[str, Any]], *, model_pipeline: Optional[Sequence[Mapping[str, Any]]] = None,
+    def register(self, name: Union[str, Mapping[str, Any]], *, model_pipeline: Optional[Processors] = None,
                  model_parameters: Optional[Mapping[str, Any]] = None) -> Any:
         """Registers a lens from its name and processors, a whole ``lens_config`` dict, or YAML
         text of one; checked before sending.
@@ -268,7 +273,7 @@ class LensRuntime(Resource):
         return self._call(Request("POST", "/lens/clone", body=body, cast=Lens.from_dict))
 
     def modify(self, lens_id: str, *, lens_name: Optional[str] = None,
-               model_pipeline: Optional[Sequence[Mapping[str, Any]]] = None,
+               model_pipeline: Optional[Processors] = None,
                model_parameters: Optional[Mapping[str, Any]] = None) -> Any:
         """Replaces the given parts of a lens's configuration; returns the lens."""
         body: dict[str, Any] = {"lens_id": _text(lens_id, "lens_id")}
