@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets everything up and runs every test: Rust unit tests, the stub check, mypy on the examples,
+# Sets everything up and runs every test: Rust unit tests, the stub check, mypy on the package and the examples,
 # and the Python suite against the emulator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +11,7 @@ echo "== .pyi stubs match the binary and the resources"
 # one is checked without editing this line). The allowlist holds only stubtest's known misreadings.
 stubbed=$(cd python && ls sensorium/resources/*.pyi | sed 's/\.pyi$//; s#/#.#g')
 .venv/bin/python -m mypy.stubtest sensorium._core $stubbed --allowlist scripts/stubtest-allowlist.txt
-echo "== mypy --strict on examples/"
-.venv/bin/mypy --strict examples/
+echo "== mypy --strict on the package and examples/"
+.venv/bin/mypy --strict python/sensorium examples/
 echo "== Python tests"
 .venv/bin/python -m pytest tests -q -p no:cacheprovider "$@"

@@ -1,4 +1,4 @@
-"""Argument checks shared by the resources, run before anything is sent. A wrong type is a
+"""Argument checks shared by the clients and their resources, run before anything is sent. A wrong type is a
 ``TypeError`` naming the argument, a value of the right type that cannot be right an
 ``InvalidArgumentError`` naming it (the house rule of ``sensorium.errors``); a boolean option
 given anything but True or False is an ``InvalidArgumentError`` too, as ``knn``'s
@@ -13,11 +13,12 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from .errors import InvalidArgumentError
 
 
-def flag(value: Any, argument: str) -> Optional[bool]:
-    """A boolean option, or ``None`` when not given. Only ``True`` and ``False`` pass: a string
-    such as ``"false"`` (from a config file or a command line) is truthy, so taking it would turn
-    the option on, as ``canonical="false"`` once published a blueprint to every organization."""
-    if value is None or isinstance(value, bool):
+def flag(value: Any, argument: str, *, optional: bool = True) -> Optional[bool]:
+    """A boolean option (or ``None`` when not given, where ``optional``). Only ``True`` and
+    ``False`` pass: a string such as ``"false"`` (from a config file or a command line) is
+    truthy, so taking it would turn the option on, as ``canonical="false"`` once published a
+    blueprint to every organization."""
+    if isinstance(value, bool) or (value is None and optional):
         return value
     raise InvalidArgumentError(f"{argument}: takes True or False, got {value!r:.40}", argument=argument)
 
@@ -45,9 +46,10 @@ def text(value: Any, argument: str, *, required: bool = False) -> Optional[str]:
 
 def one_of(value: Any, allowed: Sequence[str], argument: str) -> Optional[str]:
     """``value`` when it is one of ``allowed`` (or ``None``)."""
-    if value is not None and text(value, argument) not in allowed:
+    checked = text(value, argument)
+    if checked is not None and checked not in allowed:
         raise InvalidArgumentError(f"{argument}: is {value!r}; it takes one of {', '.join(allowed)}", argument=argument)
-    return value
+    return checked
 
 
 def mapping(value: Any, argument: str) -> Optional[dict[str, Any]]:
@@ -84,8 +86,54 @@ def limit(value: Any, argument: str = "limit", *, most: Optional[int] = None) ->
 
 
 def folder(value: Any, argument: str = "directory") -> Path:
-    """A folder on this machine (str or ``os.PathLike``)."""
+    """A folder on this machine (str, bytes or ``os.PathLike``)."""
+    return Path(local_path(value, argument))
+
+
+def seconds(value: Any, name: str, *, optional: bool = False) -> None:
+    """A number of seconds (or None where ``optional``); its range is checked by the native core."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        expected = "a number of seconds or None" if optional else "a number of seconds"
+        raise TypeError(f"{name}: expected {expected}, got {type(value).__name__}")
+
+
+def utf8_text(value: Any, name: str) -> str:
+    """A str that can be sent: a lone surrogate (from a non-UTF-8 file name or a bad decode)
+    cannot be written as UTF-8, and is refused naming the argument."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected a str, got {type(value).__name__}")
     try:
-        return Path(os.fspath(value))
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(
+            f"{name}: holds a character that is not valid text (a lone surrogate at position {e.start})",
+            argument=name) from None
+    return value
+
+
+def count(value: Any, name: str, low: int, high: int, *, optional: bool = True) -> Optional[int]:
+    """An int from ``low`` to ``high`` (or None where ``optional``); a bool is not a count."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidArgumentError(f"{name}: is {value}; it takes {low} to {high}", argument=name)
+    return value
+
+
+def local_path(value: Any, name: str) -> str:
+    """A path on this machine (str, bytes or os.PathLike) as text that can cross to the core."""
+    try:
+        path = os.fsdecode(os.fspath(value))
     except TypeError:
-        raise TypeError(f"{argument}: expected a folder path (str or os.PathLike), got {type(value).__name__}") from None
+        raise TypeError(f"{name}: expected a path (str or os.PathLike), got {type(value).__name__}") from None
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(
+            f"{name}: {path!r} is not valid UTF-8 (a name from a non-UTF-8 file system); rename it",
+            argument=name) from None
+    return path

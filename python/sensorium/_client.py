@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from . import _core
-from ._checks import flag
+from ._arguments import flag
 from ._embed_many import WindowProgress, embed_many_async, embed_many_sync
 from ._numeric import as_channels
 from ._options import (
@@ -138,7 +138,7 @@ def _unpickle_client(cls: type[_BaseClient], config: dict[str, Any]) -> _BaseCli
 
 def _embed_args(data: Any, normalize_input: bool) -> tuple[Any, bool]:
     # Not bool(): the string "false" is truthy and would ask the platform to normalise.
-    return as_channels(data, "data"), flag(normalize_input, "normalize_input")
+    return as_channels(data, "data"), flag(normalize_input, "normalize_input", optional=False) is True
 
 
 class Client(_BaseClient):

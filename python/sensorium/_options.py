@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Protocol
 
 from . import _core
-from ._checks import count, seconds, text
+from ._arguments import count, seconds, utf8_text
 from .errors import ClientClosedError
 
 DEFAULT_TIMEOUT = 600.0
@@ -44,7 +44,7 @@ class Options:
     def core(self, api_key: str | None, base_url: str | None, agents_base_url: str | None = None) -> _core.CoreClient:
         for value, name in ((api_key, "api_key"), (base_url, "base_url"), (agents_base_url, "agents_base_url")):
             if value is not None:
-                text(value, name)
+                utf8_text(value, name)
         _core.reset_logging()
         return _core.CoreClient(
             api_key, base_url, self.timeout, self.connect_timeout, self.read_timeout, self.max_retries,
@@ -71,7 +71,7 @@ def headers(mapping: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
         return ()
     if not isinstance(mapping, Mapping):
         raise TypeError(f"default_headers: expected a mapping of header names to values, got {type(mapping).__name__}")
-    return tuple((text(str(k), "default_headers"), text(str(v), "default_headers")) for k, v in mapping.items())
+    return tuple((utf8_text(str(k), "default_headers"), utf8_text(str(v), "default_headers")) for k, v in mapping.items())
 
 
 class HasCore(Protocol):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Sequence, Union
 
 from .._endpoints import ListRequest, Native, Request, Resource, query, segment
-from .._checks import count, flag, local_path, text
+from .._arguments import count, flag, local_path, utf8_text
 from .._progress import ProgressCallback
 from ..errors import InvalidArgumentError
 from ..types import FileRecord
@@ -127,8 +127,8 @@ class Files(Resource):
         >>> client.files.upload("recording.jsonl", progress=True)  # doctest: +SKIP
         """
         local = local_path(path, "path")
-        args = (local, None if content_type is None else text(content_type, "content_type"), method,
-                flag(resume, "resume"), count(concurrency, "concurrency", 1, MAX_UPLOAD_CONCURRENCY),
+        args = (local, None if content_type is None else utf8_text(content_type, "content_type"), method,
+                flag(resume, "resume", optional=False), count(concurrency, "concurrency", 1, MAX_UPLOAD_CONCURRENCY),
                 count(direct_threshold, "direct_threshold", 0, 2**62))
         label = os.path.basename(local)
         return self._native(Native("upload_file", args, (on_progress, progress, label), FileRecord.from_dict))
@@ -150,7 +150,7 @@ class Files(Resource):
         >>> client.files.upload_base64("hello.txt", b"hello").file_id  # doctest: +SKIP
         'hello.txt'
         """
-        content_type = None if content_type is None else text(content_type, "content_type")
+        content_type = None if content_type is None else utf8_text(content_type, "content_type")
         return self._native(Native("upload_base64", (name, _content(data), content_type), cast=FileRecord.from_dict))
 
     def list(
