@@ -197,10 +197,21 @@ def test_refused_shapes(emu, client_kind):
                               (lambda: client.lens.register("x", model_pipeline=[{"name": "noop"}]), "model_pipeline"),
                               (lambda: client.lens.register("lens_name: [unclosed\nmodel_pipeline: []"), "name"),
                               (lambda: client.lens.sessions.process_event("lsn-1", {"data": 1}), "event"),
-                              (lambda: client.lens.modify("lns-1"), "lens_name")):
+                              (lambda: client.lens.modify("lns-1"), "lens_name"),
+                              (lambda: client.lens.sessions.stream(" "), "session_id"),
+                              (lambda: client.lens.sessions.stream("lsn-1", last_event_id="7\nid: 9"), "last_event_id"),
+                              (lambda: client.lens.sessions.wait_until_running("lsn-1", timeout=float("nan")),
+                               "timeout")):
             with pytest.raises(InvalidArgumentError) as info:
                 bad()
             assert info.value.argument == argument
+        for config in ("model_pipeline: []\n", {"model_pipeline": [NOOP]}):
+            with pytest.raises(InvalidArgumentError, match="no lens_name"):
+                client.lens.register(config)
+        for flag in (lambda: client.lens.sessions.stream("lsn-1", heartbeats="no"),
+                     lambda: client.lens.sessions.connect("lsn-1", subprotocol=1)):
+            with pytest.raises(TypeError, match="expected a bool"):
+                flag()
         assert emu.requests == []
     session_id = running_session(emu, client_kind, [NOOP])
     with pytest.raises(LensEventError) as refused:
@@ -381,6 +392,31 @@ def test_pings_are_answered_while_python_is_idle_and_stray_messages_never_become
     assert status.session_id == "lsn-1" and status.status == "running" and status.api_key == "<redacted>"
     assert [r["echo"] for r in others] == ["session.validate", "session.read", "output_stream.set", "model.query"]
     assert pongs == [True] * 6
+
+
+def test_status_of_a_destroyed_session_raises_as_read_does(emu, client_kind):
+    session_id = running_session(emu, client_kind, [NOOP])
+
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect(session_id) as socket:
+            socket.destroy()
+            with pytest.raises(LensEventError) as read:
+                socket.read()
+            with pytest.raises(LensEventError) as status:
+                socket.status()
+        return read.value, status.value
+
+    async def async_body(c: Any) -> Any:
+        async with c.lens.sessions.connect(session_id) as socket:
+            await socket.destroy()
+            with pytest.raises(LensEventError) as read:
+                await socket.read()
+            with pytest.raises(LensEventError) as status:
+                await socket.status()
+        return read.value, status.value
+
+    read, status = on(emu, client_kind, sync_body if client_kind == "sync" else async_body)
+    assert status.error_messages == read.error_messages == [f"Session '{session_id}' was not found."]
 
 
 def test_records_from_literal_json_of_the_spec_tables():

@@ -4,6 +4,7 @@ an optional tqdm line, a timeout, and the failure raised with its record."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Optional, TypeVar
@@ -77,7 +78,9 @@ def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], R
     record is fetched again when they show the terminal event (then returned with the status the
     logs show), or every few rounds in case a deployment logs nothing. A failed end raises
     ``failure(record, logs, what)``."""
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+    # NaN compares false with everything, so `timeout < 0` let it through and the wait had no end.
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0
+                                or math.isnan(timeout)):
         raise InvalidArgumentError(f"timeout: is {timeout!r}; it takes seconds (0 or more) or None",
                                    argument="timeout")
     deadline = None if timeout is None else time.monotonic() + timeout
