@@ -6,18 +6,22 @@ shapes; the echoed key never kept; one DeprecationWarning per process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
 from _fake_server import FakeServer
 from _helpers import header, run_on
-from sensorium.errors import InvalidArgumentError, LensEventError, NotFoundError, WaitTimeoutError
+from sensorium.errors import APITimeoutError, InvalidArgumentError, LensEventError, NotFoundError, WaitTimeoutError
 from sensorium.testing import Emulator
 from sensorium.types import Lens, LensSession, StreamEvent
 
@@ -99,6 +103,54 @@ def in_background(work: Callable[[], Any]) -> Callable[[], Any]:
         return box["value"]
 
     return join
+
+
+@contextlib.contextmanager
+def fake_session_socket(handler: Callable[[Any], None]) -> Iterator[str]:
+    """A WebSocket server running ``handler(ws)`` per connection, behind a REST fake whose session
+    record (any id) points at it; yields the REST base URL."""
+    from websockets.sync.server import serve
+
+    from _fake_server import response
+
+    with serve(handler, "127.0.0.1", 0) as ws_server:
+        threading.Thread(target=ws_server.serve_forever, daemon=True).start()
+        endpoint = f"ws://127.0.0.1:{ws_server.socket.getsockname()[1]}/v0.5/lens/sessions/lsn-1"
+        record = json.dumps({"session_id": "lsn-1", "session_endpoint": endpoint}).encode()
+        with FakeServer(lambda head: [response(200, record)]) as rest:
+            yield rest.base_url
+
+
+def answer_after_the_next_request(ws: Any) -> None:
+    """Answers each request with ``{type: event_data.reply_type or <type>.response, event_data}``,
+    in order; the answer to a request with ``hold: true`` goes out only once the next request has
+    come, so its caller has given up by then and the next caller is waiting."""
+    held: list[str] = []
+    for message in ws:
+        request = json.loads(message)
+        data = request.get("event_data") or {}
+        held.append(json.dumps({"type": data.get("reply_type") or f"{request['type']}.response", "event_data": data}))
+        if not data.get("hold"):
+            for reply in held:
+                ws.send(reply)
+            held.clear()
+
+
+@contextlib.contextmanager
+def interrupted_after(seconds: float, before: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """A Ctrl-C (``KeyboardInterrupt``, raised in the main thread) ``seconds`` after entering,
+    once ``before()`` has run in the signal handler."""
+    def interrupt(*_: Any) -> None:
+        before()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_register_session_stream_destroy(emu, client_kind):
@@ -345,12 +397,6 @@ def test_a_hundred_thousand_events_over_connections_cut_every_thousand(emu, clie
 
 
 def test_pings_are_answered_while_python_is_idle_and_stray_messages_never_become_replies(client_kind):
-    import json as _json
-
-    from websockets.sync.server import serve
-
-    from _fake_server import response
-
     pongs: list[bool] = []
 
     def handler(ws: Any) -> None:
@@ -358,40 +404,119 @@ def test_pings_are_answered_while_python_is_idle_and_stray_messages_never_become
         time.sleep(0.3)
         pongs.append(ws.ping().wait(timeout=2))
         for message in ws:
-            request_type = _json.loads(message)["type"]
+            request_type = json.loads(message)["type"]
             pongs.append(ws.ping().wait(timeout=2))
             # Unsolicited messages first: a heartbeat answer and garbage; neither is this call's reply.
-            ws.send(_json.dumps({"type": "session.heartbeat.response", "event_data": {"is_valid": True}}))
+            ws.send(json.dumps({"type": "session.heartbeat.response", "event_data": {"is_valid": True}}))
             ws.send("not json")
             if request_type == "session.status":
-                ws.send(_json.dumps({"session_id": "lsn-1", "session_status": "3", "api_key": "sk-test"}))
+                ws.send(json.dumps({"session_id": "lsn-1", "session_status": "3", "api_key": "sk-test"}))
             else:
-                ws.send(_json.dumps({"type": f"{request_type}.response",
-                                     "event_data": {"is_valid": True, "error_messages": [], "echo": request_type}}))
+                ws.send(json.dumps({"type": f"{request_type}.response",
+                                    "event_data": {"is_valid": True, "error_messages": [], "echo": request_type}}))
 
-    with serve(handler, "127.0.0.1", 0) as ws_server:
-        threading.Thread(target=ws_server.serve_forever, daemon=True).start()
-        endpoint = f"ws://127.0.0.1:{ws_server.socket.getsockname()[1]}/v0.5/lens/sessions/lsn-1"
-        record = _json.dumps({"session_id": "lsn-1", "session_endpoint": endpoint}).encode()
-        with FakeServer(lambda head: [response(200, record)]) as rest:
-            def sync_body(c: Any) -> Any:
-                with c.lens.sessions.connect("lsn-1") as socket:
-                    time.sleep(1.0)  # Python does nothing; the ping still gets its pong
-                    return [socket.status(), socket.validate(), socket.read(),
-                            socket.set_output_stream("sse", {}), socket.model_query(instruction="hi")]
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect("lsn-1") as socket:
+            time.sleep(1.0)  # Python does nothing; the ping still gets its pong
+            return [socket.status(), socket.validate(), socket.read(),
+                    socket.set_output_stream("sse", {}), socket.model_query(instruction="hi")]
 
-            async def async_body(c: Any) -> Any:
-                async with await c.lens.sessions.connect("lsn-1") as socket:
-                    await asyncio.sleep(1.0)
-                    return [await socket.status(), await socket.validate(), await socket.read(),
-                            await socket.set_output_stream("sse", {}), await socket.model_query(instruction="hi")]
+    async def async_body(c: Any) -> Any:
+        async with await c.lens.sessions.connect("lsn-1") as socket:
+            await asyncio.sleep(1.0)
+            return [await socket.status(), await socket.validate(), await socket.read(),
+                    await socket.set_output_stream("sse", {}), await socket.model_query(instruction="hi")]
 
-            replies = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
-                             base_url=rest.base_url)
+    with fake_session_socket(handler) as base_url:
+        replies = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                         base_url=base_url)
     status, *others = replies
     assert status.session_id == "lsn-1" and status.status == "running" and status.api_key == "<redacted>"
     assert [r["echo"] for r in others] == ["session.validate", "session.read", "output_stream.set", "model.query"]
     assert pongs == [True] * 6
+
+
+def test_the_late_reply_of_an_abandoned_socket_call_never_reaches_the_next_call(client_kind):
+    # The first call gives up before its reply comes (Ctrl-C on Client, a cancelled awaitable on
+    # AsyncClient); the server answers it only once the second call is waiting.
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect("lsn-1") as socket:
+            with pytest.raises(KeyboardInterrupt), interrupted_after(0.2):
+                socket.send("session.read", {"call": 1, "hold": True})
+            return socket.send("session.read", {"call": 2})
+
+    async def async_body(c: Any) -> Any:
+        async with c.lens.sessions.connect("lsn-1") as socket:  # no `await` needed
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(socket.send("session.read", {"call": 1, "hold": True}), 0.2)
+            return await socket.send("session.read", {"call": 2})
+
+    with fake_session_socket(answer_after_the_next_request) as base_url:
+        reply = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                       base_url=base_url)
+    assert reply == {"type": "session.read.response", "event_data": {"call": 2}}
+
+
+def test_a_late_error_reply_of_a_timed_out_call_is_not_the_next_calls(client_kind):
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect("lsn-1") as socket:
+            with pytest.raises(APITimeoutError) as late:
+                socket.send("model.query", {"call": 1, "hold": True, "reply_type": "error"})
+            return late.value, socket.send("session.validate", {"call": 2})
+
+    async def async_body(c: Any) -> Any:
+        async with c.lens.sessions.connect("lsn-1") as socket:
+            with pytest.raises(APITimeoutError) as late:
+                await socket.send("model.query", {"call": 1, "hold": True, "reply_type": "error"})
+            return late.value, await socket.send("session.validate", {"call": 2})
+
+    with fake_session_socket(answer_after_the_next_request) as base_url:
+        timeout, reply = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                                base_url=base_url, timeout=0.5)
+    assert reply == {"type": "session.validate.response", "event_data": {"call": 2}}
+    assert "no reply to model.query within 0.5s" in str(timeout)
+
+
+def client_connections(port: int) -> int:
+    """This process's TCP connections to ``port`` on this machine (the client's ends: an
+    in-process emulator's own ends are on ``port`` locally)."""
+    sockets = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            sockets.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # closed meanwhile
+            pass
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return sum(1 for row in rows if int(row[2].split(":")[1], 16) == port and f"socket:[{row[9]}]" in sockets)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads Linux's /proc")
+def test_closing_a_session_socket_closes_its_connection(emu, client_kind):
+    session_id = running_session(emu, client_kind, [NOOP])
+    kept: list[Any] = []  # the objects live on, as in a long-lived attribute
+
+    def sync_body(c: Any) -> Any:
+        counts = []
+        for _ in range(4):
+            with c.lens.sessions.connect(session_id) as socket:
+                socket.status()
+            kept.append(socket)
+            counts.append(client_connections(emu.port))
+        return counts
+
+    async def async_body(c: Any) -> Any:
+        counts = []
+        for _ in range(4):
+            async with c.lens.sessions.connect(session_id) as socket:
+                await socket.status()
+            kept.append(socket)
+            counts.append(client_connections(emu.port))
+        return counts
+
+    counts = on(emu, client_kind, sync_body if client_kind == "sync" else async_body)
+    # After the first round only the client's pooled HTTP connection is left, and it is reused.
+    assert counts[1:] == [counts[0]] * 3
 
 
 def test_status_of_a_destroyed_session_raises_as_read_does(emu, client_kind):
