@@ -242,6 +242,54 @@ def test_a_stalled_connection_is_resumed_after_the_last_event():
     assert len(seen) == 2 and b"last-event-id: 3" in seen[1].lower()
 
 
+def sse_frame(data: str, event_id: Optional[int] = None) -> bytes:
+    return (f"event: message\r\n" + (f"id: {event_id}\r\n" if event_id is not None else "")
+            + f"data: {data}\r\n\r\n").encode()
+
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+
+
+def test_an_interrupted_or_cancelled_wait_for_events_loses_none(client_kind):
+    # The second event arrives while the caller waits; the wait is then given up (Ctrl-C on
+    # Client, a cancelled `__anext__` on AsyncClient) after the core has received the event but
+    # before Python has it. The next read must hand it out.
+    arrive = threading.Event()
+
+    def script(head: bytes) -> Iterator[bytes]:
+        yield SSE_HEAD + sse_frame('{"type": "inference.result", "event_data": {"i": 1}}', 1)
+        arrive.wait(10)
+        yield sse_frame('{"type": "inference.result", "event_data": {"i": 2}}', 2) + sse_frame(
+            '{"type": "sse.stream.end"}', 3)
+
+    def received_meanwhile() -> None:
+        arrive.set()
+        time.sleep(0.5)  # the core's reading task takes the event meanwhile
+
+    def sync_body(c: Any) -> list[int]:
+        with c.lens.sessions.stream("lsn-1") as stream:
+            got = [next(stream).event_data["i"]]
+            with pytest.raises(KeyboardInterrupt), interrupted_after(0.2, received_meanwhile):
+                next(stream)
+            return got + [e.event_data["i"] for e in stream]
+
+    async def async_body(c: Any) -> list[int]:
+        async with c.lens.sessions.stream("lsn-1") as stream:
+            got = [(await stream.__anext__()).event_data["i"]]
+            waiting = asyncio.ensure_future(stream.__anext__())
+            await asyncio.sleep(0)  # the wait starts
+            received_meanwhile()  # blocks the loop: the result cannot reach the waiting task
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            return got + [e.event_data["i"] async for e in stream]
+
+    with FakeServer(script) as server:
+        got = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                     base_url=server.base_url)
+    assert got == [1, 2]
+
+
 def test_refused_shapes(emu, client_kind):
     with emu.client() as client:
         for bad, argument in ((lambda: client.lens.register(" ", model_pipeline=[NOOP]), "name"),

@@ -325,6 +325,8 @@ class EventStream:
 
     def __init__(self, feed: Any, last_event_id: Optional[str]) -> None:
         self._feed = feed
+        # Last event first; the core adds each batch itself, so that a Ctrl-C or a cancellation
+        # never falls between a batch leaving the core and its landing here.
         self._pending: list[StreamEvent] = []
         self._ended = False
         self.last_event_id = last_event_id
@@ -336,18 +338,23 @@ class EventStream:
         while not self._pending:
             if self._ended:
                 raise StopIteration
-            batch = self._feed.next_batch(False)
-            self._take(batch)
+            if not self._take():
+                self._feed.wait(False)
+        return self._hand_out()
+
+    def _take(self) -> bool:
+        """Moves what has arrived into ``_pending``; ``False`` when nothing has yet."""
+        state = self._feed.take_into(self._pending)
+        if state is None:
+            return False
+        if state:
+            self._ended = True
+        return True
+
+    def _hand_out(self) -> StreamEvent:
         event = self._pending.pop()
         self.last_event_id = event.id
         return event
-
-    def _take(self, batch: Optional[list[StreamEvent]]) -> None:
-        if batch is None:
-            self._ended = True
-        else:
-            batch.reverse()  # popped from the end, in order
-            self._pending = batch
 
     def close(self) -> None:
         """Stops reading and closes the connection."""
@@ -363,7 +370,8 @@ class EventStream:
 
 
 class AsyncEventStream(EventStream):
-    """``EventStream`` for ``async for`` and ``async with``."""
+    """``EventStream`` for ``async for`` and ``async with``. Cancelling ``__anext__`` (a timeout
+    around it) loses no event: what arrived meanwhile is handed out by the next call."""
 
     def __aiter__(self) -> AsyncEventStream:
         return self
@@ -372,10 +380,9 @@ class AsyncEventStream(EventStream):
         while not self._pending:
             if self._ended:
                 raise StopAsyncIteration
-            self._take(await self._feed.next_batch(True))
-        event = self._pending.pop()
-        self.last_event_id = event.id
-        return event
+            if not self._take():
+                await self._feed.wait(True)
+        return self._hand_out()
 
     async def __aenter__(self) -> AsyncEventStream:
         return self
