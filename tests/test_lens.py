@@ -250,6 +250,29 @@ def sse_frame(data: str, event_id: Optional[int] = None) -> bytes:
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
 
 
+def test_frames_without_an_id_are_events_too(client_kind):
+    # SSE: `id` is optional and the last one carries forward; such frames are new events.
+    frames = [sse_frame(f'{{"type": "inference.result", "event_data": {{"i": {i}}}}}', event_id)
+              for i, event_id in enumerate((1, None, None, 4))]
+    end = sse_frame('{"type": "sse.stream.end"}')
+    with FakeServer(lambda head: [SSE_HEAD + b"".join(frames) + end]) as server:
+        events, last_id = read_stream(client_kind, server.base_url)
+    assert [(e.id, e.event_data["i"]) for e in events] == [("1", 0), ("1", 1), ("1", 2), ("4", 3)]
+    assert last_id == "4"
+
+
+def read_stream(kind: str, base_url: str) -> tuple[list[StreamEvent], Optional[str]]:
+    async def events(c: Any) -> tuple[list[StreamEvent], Optional[str]]:
+        async with c.lens.sessions.stream("lsn-1") as stream:
+            return [e async for e in stream], stream.last_event_id
+
+    def sync_events(c: Any) -> tuple[list[StreamEvent], Optional[str]]:
+        with c.lens.sessions.stream("lsn-1") as stream:
+            return list(stream), stream.last_event_id
+
+    return run_on(kind, sync_events if kind == "sync" else events, api_key="sk-test", base_url=base_url)
+
+
 def test_an_interrupted_or_cancelled_wait_for_events_loses_none(client_kind):
     # The second event arrives while the caller waits; the wait is then given up (Ctrl-C on
     # Client, a cancelled `__anext__` on AsyncClient) after the core has received the event but
