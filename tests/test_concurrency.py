@@ -481,3 +481,31 @@ def test_debug_logging_with_threads_and_asyncio(emu, client, caplog):
         assert all(r.status == "completed" for r in async_results.result(timeout=30))
     assert sync_results == ["completed"] * 16
     assert sum("attempt 1" in r.getMessage() for r in caplog.records) >= 24
+
+
+def test_two_threads_creating_clients_while_debug_logging_do_not_deadlock():
+    # Building a connection pool logs; a log line runs Python code, which needs the GIL. A handler
+    # that lets the GIL go while the first client builds its pool lets a second client in, which
+    # holds the GIL while it looks for a pool: the first must not be holding the pools' lock then.
+    # In a subprocess, because a deadlock there hangs the process with the GIL held.
+    code = textwrap.dedent("""
+        import logging, threading, time, sensorium
+        entered = threading.Event()
+        class Slow(logging.Handler):
+            def emit(self, record):
+                if threading.current_thread().name == "first" and not entered.is_set():
+                    entered.set()
+                    time.sleep(0.5)
+        logging.getLogger("sensorium").addHandler(Slow())
+        logging.getLogger("sensorium").setLevel(logging.DEBUG)
+        options = dict(api_key="k", base_url="http://127.0.0.1:9/v0.5", connect_timeout=7.25)
+        made = []
+        first = threading.Thread(target=lambda: made.append(sensorium.Client(**options)), name="first")
+        first.start()
+        entered.wait(30)
+        made.append(sensorium.Client(**options))
+        first.join()
+        print(len(made), entered.is_set())
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["2", "True"], done.stderr

@@ -6,18 +6,22 @@ shapes; the echoed key never kept; one DeprecationWarning per process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
 from _fake_server import FakeServer
 from _helpers import header, run_on
-from sensorium.errors import InvalidArgumentError, LensEventError, NotFoundError, WaitTimeoutError
+from sensorium.errors import APITimeoutError, InvalidArgumentError, LensEventError, NotFoundError, WaitTimeoutError
 from sensorium.testing import Emulator
 from sensorium.types import Lens, LensSession, StreamEvent
 
@@ -99,6 +103,54 @@ def in_background(work: Callable[[], Any]) -> Callable[[], Any]:
         return box["value"]
 
     return join
+
+
+@contextlib.contextmanager
+def fake_session_socket(handler: Callable[[Any], None]) -> Iterator[str]:
+    """A WebSocket server running ``handler(ws)`` per connection, behind a REST fake whose session
+    record (any id) points at it; yields the REST base URL."""
+    from websockets.sync.server import serve
+
+    from _fake_server import response
+
+    with serve(handler, "127.0.0.1", 0) as ws_server:
+        threading.Thread(target=ws_server.serve_forever, daemon=True).start()
+        endpoint = f"ws://127.0.0.1:{ws_server.socket.getsockname()[1]}/v0.5/lens/sessions/lsn-1"
+        record = json.dumps({"session_id": "lsn-1", "session_endpoint": endpoint}).encode()
+        with FakeServer(lambda head: [response(200, record)]) as rest:
+            yield rest.base_url
+
+
+def answer_after_the_next_request(ws: Any) -> None:
+    """Answers each request with ``{type: event_data.reply_type or <type>.response, event_data}``,
+    in order; the answer to a request with ``hold: true`` goes out only once the next request has
+    come, so its caller has given up by then and the next caller is waiting."""
+    held: list[str] = []
+    for message in ws:
+        request = json.loads(message)
+        data = request.get("event_data") or {}
+        held.append(json.dumps({"type": data.get("reply_type") or f"{request['type']}.response", "event_data": data}))
+        if not data.get("hold"):
+            for reply in held:
+                ws.send(reply)
+            held.clear()
+
+
+@contextlib.contextmanager
+def interrupted_after(seconds: float, before: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """A Ctrl-C (``KeyboardInterrupt``, raised in the main thread) ``seconds`` after entering,
+    once ``before()`` has run in the signal handler."""
+    def interrupt(*_: Any) -> None:
+        before()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_register_session_stream_destroy(emu, client_kind):
@@ -190,6 +242,77 @@ def test_a_stalled_connection_is_resumed_after_the_last_event():
     assert len(seen) == 2 and b"last-event-id: 3" in seen[1].lower()
 
 
+def sse_frame(data: str, event_id: Optional[int] = None) -> bytes:
+    return (f"event: message\r\n" + (f"id: {event_id}\r\n" if event_id is not None else "")
+            + f"data: {data}\r\n\r\n").encode()
+
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+
+
+def test_frames_without_an_id_are_events_too(client_kind):
+    # SSE: `id` is optional and the last one carries forward; such frames are new events.
+    frames = [sse_frame(f'{{"type": "inference.result", "event_data": {{"i": {i}}}}}', event_id)
+              for i, event_id in enumerate((1, None, None, 4))]
+    end = sse_frame('{"type": "sse.stream.end"}')
+    with FakeServer(lambda head: [SSE_HEAD + b"".join(frames) + end]) as server:
+        events, last_id = read_stream(client_kind, server.base_url)
+    assert [(e.id, e.event_data["i"]) for e in events] == [("1", 0), ("1", 1), ("1", 2), ("4", 3)]
+    assert last_id == "4"
+
+
+def read_stream(kind: str, base_url: str) -> tuple[list[StreamEvent], Optional[str]]:
+    async def events(c: Any) -> tuple[list[StreamEvent], Optional[str]]:
+        async with c.lens.sessions.stream("lsn-1") as stream:
+            return [e async for e in stream], stream.last_event_id
+
+    def sync_events(c: Any) -> tuple[list[StreamEvent], Optional[str]]:
+        with c.lens.sessions.stream("lsn-1") as stream:
+            return list(stream), stream.last_event_id
+
+    return run_on(kind, sync_events if kind == "sync" else events, api_key="sk-test", base_url=base_url)
+
+
+def test_an_interrupted_or_cancelled_wait_for_events_loses_none(client_kind):
+    # The second event arrives while the caller waits; the wait is then given up (Ctrl-C on
+    # Client, a cancelled `__anext__` on AsyncClient) after the core has received the event but
+    # before Python has it. The next read must hand it out.
+    arrive = threading.Event()
+
+    def script(head: bytes) -> Iterator[bytes]:
+        yield SSE_HEAD + sse_frame('{"type": "inference.result", "event_data": {"i": 1}}', 1)
+        arrive.wait(10)
+        yield sse_frame('{"type": "inference.result", "event_data": {"i": 2}}', 2) + sse_frame(
+            '{"type": "sse.stream.end"}', 3)
+
+    def received_meanwhile() -> None:
+        arrive.set()
+        time.sleep(0.5)  # the core's reading task takes the event meanwhile
+
+    def sync_body(c: Any) -> list[int]:
+        with c.lens.sessions.stream("lsn-1") as stream:
+            got = [next(stream).event_data["i"]]
+            with pytest.raises(KeyboardInterrupt), interrupted_after(0.2, received_meanwhile):
+                next(stream)
+            return got + [e.event_data["i"] for e in stream]
+
+    async def async_body(c: Any) -> list[int]:
+        async with c.lens.sessions.stream("lsn-1") as stream:
+            got = [(await stream.__anext__()).event_data["i"]]
+            waiting = asyncio.ensure_future(stream.__anext__())
+            await asyncio.sleep(0)  # the wait starts
+            received_meanwhile()  # blocks the loop: the result cannot reach the waiting task
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            return got + [e.event_data["i"] async for e in stream]
+
+    with FakeServer(script) as server:
+        got = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                     base_url=server.base_url)
+    assert got == [1, 2]
+
+
 def test_refused_shapes(emu, client_kind):
     with emu.client() as client:
         for bad, argument in ((lambda: client.lens.register(" ", model_pipeline=[NOOP]), "name"),
@@ -197,10 +320,21 @@ def test_refused_shapes(emu, client_kind):
                               (lambda: client.lens.register("x", model_pipeline=[{"name": "noop"}]), "model_pipeline"),
                               (lambda: client.lens.register("lens_name: [unclosed\nmodel_pipeline: []"), "name"),
                               (lambda: client.lens.sessions.process_event("lsn-1", {"data": 1}), "event"),
-                              (lambda: client.lens.modify("lns-1"), "lens_name")):
+                              (lambda: client.lens.modify("lns-1"), "lens_name"),
+                              (lambda: client.lens.sessions.stream(" "), "session_id"),
+                              (lambda: client.lens.sessions.stream("lsn-1", last_event_id="7\nid: 9"), "last_event_id"),
+                              (lambda: client.lens.sessions.wait_until_running("lsn-1", timeout=float("nan")),
+                               "timeout")):
             with pytest.raises(InvalidArgumentError) as info:
                 bad()
             assert info.value.argument == argument
+        for config in ("model_pipeline: []\n", {"model_pipeline": [NOOP]}):
+            with pytest.raises(InvalidArgumentError, match="no lens_name"):
+                client.lens.register(config)
+        for flag in (lambda: client.lens.sessions.stream("lsn-1", heartbeats="no"),
+                     lambda: client.lens.sessions.connect("lsn-1", subprotocol=1)):
+            with pytest.raises(InvalidArgumentError, match="takes True or False"):  # as every boolean option
+                flag()
         assert emu.requests == []
     session_id = running_session(emu, client_kind, [NOOP])
     with pytest.raises(LensEventError) as refused:
@@ -334,12 +468,6 @@ def test_a_hundred_thousand_events_over_connections_cut_every_thousand(emu, clie
 
 
 def test_pings_are_answered_while_python_is_idle_and_stray_messages_never_become_replies(client_kind):
-    import json as _json
-
-    from websockets.sync.server import serve
-
-    from _fake_server import response
-
     pongs: list[bool] = []
 
     def handler(ws: Any) -> None:
@@ -347,40 +475,144 @@ def test_pings_are_answered_while_python_is_idle_and_stray_messages_never_become
         time.sleep(0.3)
         pongs.append(ws.ping().wait(timeout=2))
         for message in ws:
-            request_type = _json.loads(message)["type"]
+            request_type = json.loads(message)["type"]
             pongs.append(ws.ping().wait(timeout=2))
             # Unsolicited messages first: a heartbeat answer and garbage; neither is this call's reply.
-            ws.send(_json.dumps({"type": "session.heartbeat.response", "event_data": {"is_valid": True}}))
+            ws.send(json.dumps({"type": "session.heartbeat.response", "event_data": {"is_valid": True}}))
             ws.send("not json")
             if request_type == "session.status":
-                ws.send(_json.dumps({"session_id": "lsn-1", "session_status": "3", "api_key": "sk-test"}))
+                ws.send(json.dumps({"session_id": "lsn-1", "session_status": "3", "api_key": "sk-test"}))
             else:
-                ws.send(_json.dumps({"type": f"{request_type}.response",
-                                     "event_data": {"is_valid": True, "error_messages": [], "echo": request_type}}))
+                ws.send(json.dumps({"type": f"{request_type}.response",
+                                    "event_data": {"is_valid": True, "error_messages": [], "echo": request_type}}))
 
-    with serve(handler, "127.0.0.1", 0) as ws_server:
-        threading.Thread(target=ws_server.serve_forever, daemon=True).start()
-        endpoint = f"ws://127.0.0.1:{ws_server.socket.getsockname()[1]}/v0.5/lens/sessions/lsn-1"
-        record = _json.dumps({"session_id": "lsn-1", "session_endpoint": endpoint}).encode()
-        with FakeServer(lambda head: [response(200, record)]) as rest:
-            def sync_body(c: Any) -> Any:
-                with c.lens.sessions.connect("lsn-1") as socket:
-                    time.sleep(1.0)  # Python does nothing; the ping still gets its pong
-                    return [socket.status(), socket.validate(), socket.read(),
-                            socket.set_output_stream("sse", {}), socket.model_query(instruction="hi")]
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect("lsn-1") as socket:
+            time.sleep(1.0)  # Python does nothing; the ping still gets its pong
+            return [socket.status(), socket.validate(), socket.read(),
+                    socket.set_output_stream("sse", {}), socket.model_query(instruction="hi")]
 
-            async def async_body(c: Any) -> Any:
-                async with await c.lens.sessions.connect("lsn-1") as socket:
-                    await asyncio.sleep(1.0)
-                    return [await socket.status(), await socket.validate(), await socket.read(),
-                            await socket.set_output_stream("sse", {}), await socket.model_query(instruction="hi")]
+    async def async_body(c: Any) -> Any:
+        async with await c.lens.sessions.connect("lsn-1") as socket:
+            await asyncio.sleep(1.0)
+            return [await socket.status(), await socket.validate(), await socket.read(),
+                    await socket.set_output_stream("sse", {}), await socket.model_query(instruction="hi")]
 
-            replies = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
-                             base_url=rest.base_url)
+    with fake_session_socket(handler) as base_url:
+        replies = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                         base_url=base_url)
     status, *others = replies
     assert status.session_id == "lsn-1" and status.status == "running" and status.api_key == "<redacted>"
     assert [r["echo"] for r in others] == ["session.validate", "session.read", "output_stream.set", "model.query"]
     assert pongs == [True] * 6
+
+
+def test_the_late_reply_of_an_abandoned_socket_call_never_reaches_the_next_call(client_kind):
+    # The first call gives up before its reply comes (Ctrl-C on Client, a cancelled awaitable on
+    # AsyncClient); the server answers it only once the second call is waiting.
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect("lsn-1") as socket:
+            with pytest.raises(KeyboardInterrupt), interrupted_after(0.2):
+                socket.send("session.read", {"call": 1, "hold": True})
+            return socket.send("session.read", {"call": 2})
+
+    async def async_body(c: Any) -> Any:
+        async with c.lens.sessions.connect("lsn-1") as socket:  # no `await` needed
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(socket.send("session.read", {"call": 1, "hold": True}), 0.2)
+            return await socket.send("session.read", {"call": 2})
+
+    with fake_session_socket(answer_after_the_next_request) as base_url:
+        reply = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                       base_url=base_url)
+    assert reply == {"type": "session.read.response", "event_data": {"call": 2}}
+
+
+def test_a_late_error_reply_of_a_timed_out_call_is_not_the_next_calls(client_kind):
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect("lsn-1") as socket:
+            with pytest.raises(APITimeoutError) as late:
+                socket.send("model.query", {"call": 1, "hold": True, "reply_type": "error"})
+            return late.value, socket.send("session.validate", {"call": 2})
+
+    async def async_body(c: Any) -> Any:
+        async with c.lens.sessions.connect("lsn-1") as socket:
+            with pytest.raises(APITimeoutError) as late:
+                await socket.send("model.query", {"call": 1, "hold": True, "reply_type": "error"})
+            return late.value, await socket.send("session.validate", {"call": 2})
+
+    with fake_session_socket(answer_after_the_next_request) as base_url:
+        timeout, reply = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                                base_url=base_url, timeout=0.5)
+    assert reply == {"type": "session.validate.response", "event_data": {"call": 2}}
+    assert "no reply to model.query within 0.5s" in str(timeout)
+
+
+def client_connections(port: int) -> int:
+    """This process's TCP connections to ``port`` on this machine (the client's ends: an
+    in-process emulator's own ends are on ``port`` locally)."""
+    sockets = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            sockets.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # closed meanwhile
+            pass
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return sum(1 for row in rows if int(row[2].split(":")[1], 16) == port and f"socket:[{row[9]}]" in sockets)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads Linux's /proc")
+def test_closing_a_session_socket_closes_its_connection(emu, client_kind):
+    session_id = running_session(emu, client_kind, [NOOP])
+    kept: list[Any] = []  # the objects live on, as in a long-lived attribute
+
+    def sync_body(c: Any) -> Any:
+        counts = []
+        for _ in range(4):
+            with c.lens.sessions.connect(session_id) as socket:
+                socket.status()
+            kept.append(socket)
+            counts.append(client_connections(emu.port))
+        return counts
+
+    async def async_body(c: Any) -> Any:
+        counts = []
+        for _ in range(4):
+            async with c.lens.sessions.connect(session_id) as socket:
+                await socket.status()
+            kept.append(socket)
+            counts.append(client_connections(emu.port))
+        return counts
+
+    counts = on(emu, client_kind, sync_body if client_kind == "sync" else async_body)
+    # After the first round only the client's pooled HTTP connection is left, and it is reused.
+    assert counts[1:] == [counts[0]] * 3
+
+
+def test_status_of_a_destroyed_session_raises_as_read_does(emu, client_kind):
+    session_id = running_session(emu, client_kind, [NOOP])
+
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect(session_id) as socket:
+            socket.destroy()
+            with pytest.raises(LensEventError) as read:
+                socket.read()
+            with pytest.raises(LensEventError) as status:
+                socket.status()
+        return read.value, status.value
+
+    async def async_body(c: Any) -> Any:
+        async with c.lens.sessions.connect(session_id) as socket:
+            await socket.destroy()
+            with pytest.raises(LensEventError) as read:
+                await socket.read()
+            with pytest.raises(LensEventError) as status:
+                await socket.status()
+        return read.value, status.value
+
+    read, status = on(emu, client_kind, sync_body if client_kind == "sync" else async_body)
+    assert status.error_messages == read.error_messages == [f"Session '{session_id}' was not found."]
 
 
 def test_records_from_literal_json_of_the_spec_tables():

@@ -1,7 +1,9 @@
 //! Lens session streams handed to Python. `EventFeed` yields batches of `StreamEvent`s read by a
 //! task on the runtime (`client::sse::pump`); dropping or closing the feed stops that task. The
-//! iterator protocol (and `last_event_id`) lives in Python, over whole batches. `LensSocket`
-//! carries one request at a time over a session's WebSocket (`client::websocket`).
+//! iterator protocol (and `last_event_id`) lives in Python, over whole batches. A batch that has
+//! left the channel stays in the feed until Python has taken it, so a wait that is cancelled or
+//! interrupted loses nothing. `LensSocket` carries one request at a time over a session's
+//! WebSocket (`client::websocket`).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
@@ -9,6 +11,8 @@ use std::sync::{Arc, OnceLock};
 use futures_util::FutureExt;
 
 use pyo3::prelude::*;
+use pyo3::types::PyList;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinHandle;
 
@@ -63,10 +67,16 @@ impl StreamEvent {
     }
 }
 
+/// What a wait took from the channel and Python has not yet: a batch, the error that ended the
+/// stream, or its end (`None`).
+type Held = Arc<parking_lot::Mutex<Option<Option<Feed>>>>;
+
 /// The reading side of one stream.
 #[pyclass(module = "sensorium._core", name = "EventFeed", frozen)]
 pub struct EventFeed {
+    /// Locked by a wait for as long as it waits, and by nothing else for longer than a `try_recv`.
     batches: Arc<Mutex<mpsc::Receiver<Feed>>>,
+    held: Held,
     task: parking_lot::Mutex<Option<JoinHandle<()>>>,
     /// Set when the reading task panicked, so its end is not mistaken for the stream's.
     panicked: Arc<parking_lot::Mutex<Option<String>>>,
@@ -94,54 +104,72 @@ impl EventFeed {
         });
         Ok(EventFeed {
             batches: Arc::new(Mutex::new(batches)),
+            held: Held::default(),
             task: parking_lot::Mutex::new(Some(task)),
             panicked,
         })
     }
 }
 
-/// A batch on its way to Python: events become `StreamEvent`s only with the GIL held.
-struct Batch(Option<Vec<Event>>);
-
-impl<'py> IntoPyObject<'py> for Batch {
-    type Target = PyAny;
-    type Output = Bound<'py, PyAny>;
-    type Error = PyErr;
-
-    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        match self.0 {
-            None => Ok(py.None().into_bound(py)),
-            Some(events) => {
-                let items = events
-                    .into_iter()
-                    .map(|event| Bound::new(py, StreamEvent { event, decoded: OnceLock::new() }))
-                    .collect::<PyResult<Vec<_>>>()?;
-                items.into_pyobject(py).map(|list| list.into_any())
-            }
-        }
-    }
-}
-
 #[pymethods]
 impl EventFeed {
-    /// The next batch of events, or `None` once the stream has ended; raises the error that
-    /// ended it. Blocks (or is awaited, when `asynchronous`).
-    fn next_batch<'py>(&self, py: Python<'py>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
+    /// Waits (blocking, or as an awaitable when `asynchronous`) until a batch, the error that
+    /// ended the stream, or its end is held for `take_into`. The wait only moves it from the
+    /// channel into the feed, never into its own result: when the wait is cancelled or
+    /// interrupted (Ctrl-C) after that move, the batch is still there for the next call.
+    fn wait<'py>(&self, py: Python<'py>, asynchronous: bool) -> PyResult<Bound<'py, PyAny>> {
         let batches = self.batches.clone();
-        let panicked = self.panicked.clone();
-        guard("stream", || runtime::run(py, "stream", asynchronous, async move {
-            let next = batches.lock().await.recv().await;
-            if next.is_none() {
-                if let Some(detail) = panicked.lock().clone() {
-                    return Err(internal_error("stream", &detail));
+        let held = self.held.clone();
+        guard("stream", || {
+            runtime::run(py, "stream", asynchronous, async move {
+                let mut batches = batches.lock().await;
+                if held.lock().is_none() {
+                    // Nothing waits between the receive and the store, so an abort cannot come
+                    // between them.
+                    let next = batches.recv().await;
+                    *held.lock() = Some(next);
                 }
+                Ok(())
+            })
+        })
+    }
+
+    /// Moves the held batch, or one already in the channel, into `events` ahead of what it
+    /// holds, last event first (Python pops them from the end). With the GIL held and no Python
+    /// code in between, so no Ctrl-C can land between taking a batch and storing it. Returns
+    /// `True` once the stream has ended, `False` when events were moved, `None` when nothing has
+    /// arrived (then `wait`); raises the error that ended the stream.
+    fn take_into(&self, py: Python<'_>, events: &Bound<'_, PyList>) -> PyResult<Option<bool>> {
+        let held = self.held.lock().take();
+        let next = match held {
+            Some(next) => next,
+            // A wait that holds the receiver will hold what it receives.
+            None => match self.batches.try_lock() {
+                Err(_) => return Ok(None),
+                Ok(mut batches) => match batches.try_recv() {
+                    Ok(feed) => Some(feed),
+                    Err(TryRecvError::Empty) => return Ok(None),
+                    Err(TryRecvError::Disconnected) => None,
+                },
+            },
+        };
+        match next {
+            Some(Ok(batch)) => {
+                let items = batch
+                    .into_iter()
+                    .rev()
+                    .map(|event| Bound::new(py, StreamEvent { event, decoded: OnceLock::new() }))
+                    .collect::<PyResult<Vec<_>>>()?;
+                events.set_slice(0, 0, PyList::new(py, items)?.as_any())?;
+                Ok(Some(false))
             }
-            Ok(Outcome(match next {
-                None => Ok(Batch(None)),
-                Some(Ok(events)) => Ok(Batch(Some(events))),
-                Some(Err(e)) => Err(e),
-            }))
-        }))
+            Some(Err(e)) => Err(to_pyerr(py, e)),
+            None => match self.panicked.lock().clone() {
+                // The reading task's end is not the stream's.
+                Some(detail) => Err(internal_error("stream", &detail)),
+                None => Ok(Some(true)),
+            },
+        }
     }
 
     /// Stops reading: the connection is closed and no more events arrive.
@@ -149,6 +177,7 @@ impl EventFeed {
         if let Some(task) = self.task.lock().take() {
             task.abort();
         }
+        self.held.lock().take();
     }
 }
 

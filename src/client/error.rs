@@ -240,10 +240,25 @@ pub fn truncate(text: &str, max: usize) -> String {
     format!("{}...", &text[..end])
 }
 
+/// `duration` for a message, to the millisecond and without trailing zeros ("0.3s", "30s"):
+/// `{:.0}` printed a 0.3 s timeout as "0s".
+pub fn seconds(duration: Duration) -> String {
+    let text = format!("{:.3}", duration.as_secs_f64());
+    format!("{}s", text.trim_end_matches('0').trim_end_matches('.'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn seconds_are_printed_as_given() {
+        assert_eq!(seconds(Duration::from_millis(300)), "0.3s");
+        assert_eq!(seconds(Duration::from_secs(30)), "30s");
+        assert_eq!(seconds(Duration::from_millis(1250)), "1.25s");
+        assert_eq!(seconds(Duration::ZERO), "0s");
+    }
 
     fn api(body: String, errors: Vec<ErrorObject>) -> ApiError {
         ApiError {

@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 use super::endpoint::Surface;
-use super::error::Error;
+use super::error::{seconds, Error};
 use super::transport::{error_chain, Call, Transport};
 
 /// The frame types that are the protocol's, not the lens's output.
@@ -180,11 +180,14 @@ where
     E: std::error::Error,
 {
     let mut received = false;
+    // The Last-Event-ID this connection was opened with, until its first frame with an id. Ids
+    // are optional (SSE standard: the last one carries forward to frames without one), so only
+    // a frame at the head of a resumed connection whose id is the one sent is a replay, the
+    // event the stream resumed after; a later frame with the same id is a new event.
+    let mut resumed_after = last_id.clone();
     loop {
         let first = match tokio::time::timeout(stall, events.next()).await {
-            Err(_) => {
-                return Ended::Lost { reason: format!("no data for {:.0}s", stall.as_secs_f64()), received }
-            }
+            Err(_) => return Ended::Lost { reason: format!("no data for {}", seconds(stall)), received },
             Ok(next) => next,
         };
         let mut batch = Vec::new();
@@ -209,12 +212,19 @@ where
                     if let Some(retry) = event.retry {
                         *server_retry = Some(retry);
                     }
-                    let event = to_event(event);
-                    // A server that replays the event it resumed after must not repeat it.
-                    let repeated = !event.id.is_empty() && last_id.as_deref() == Some(event.id.as_str());
-                    if !event.id.is_empty() {
+                    let mut event = to_event(event);
+                    let repeated = if event.id.is_empty() {
+                        // Before this connection's first id, the id carried forward is the one
+                        // it resumed after (the parser starts each connection empty).
+                        if let Some(after) = &resumed_after {
+                            event.id = after.clone();
+                        }
+                        false
+                    } else {
+                        let replayed = resumed_after.take().is_some_and(|after| after == event.id);
                         *last_id = Some(event.id.clone());
-                    }
+                        replayed
+                    };
                     received = true;
                     if event.kind == STREAM_END {
                         ended = Some(Ended::Graceful);
@@ -307,6 +317,37 @@ mod tests {
         let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, ["8", "9"]);
         assert_eq!(last.as_deref(), Some("9"));
+    }
+
+    #[tokio::test]
+    async fn frames_without_an_id_are_new_events() {
+        let chunks: Vec<&'static [u8]> = vec![
+            b"id: 1\ndata: {\"type\": \"a\"}\n\ndata: {\"type\": \"b\"}\n\n",
+            b"data: {\"type\": \"c\"}\n\nid: 4\ndata: {\"type\": \"d\"}\n\n",
+        ];
+        let (events, last) = parse(chunks, StreamOptions::default()).await;
+        let seen: Vec<(&str, &str)> = events.iter().map(|e| (e.id.as_str(), e.kind.as_str())).collect();
+        assert_eq!(seen, [("1", "a"), ("1", "b"), ("1", "c"), ("4", "d")]);
+        assert_eq!(last.as_deref(), Some("4"));
+    }
+
+    #[tokio::test]
+    async fn a_resumed_connection_skips_only_the_replayed_event_at_its_head() {
+        let options = StreamOptions { last_event_id: Some("7".into()), heartbeats: false };
+        // The server replays the event it resumes after; a frame without an id after it, and a
+        // later frame that reuses the id, are new.
+        let chunks: Vec<&'static [u8]> = vec![
+            b"id: 7\ndata: {\"type\": \"replayed\"}\n\ndata: {\"type\": \"new\"}\n\n",
+            b"id: 8\ndata: {\"type\": \"x\"}\n\nid: 7\ndata: {\"type\": \"again\"}\n\n",
+        ];
+        let (events, last) = parse(chunks, options.clone()).await;
+        let seen: Vec<(&str, &str)> = events.iter().map(|e| (e.id.as_str(), e.kind.as_str())).collect();
+        assert_eq!(seen, [("7", "new"), ("8", "x"), ("7", "again")]);
+        assert_eq!(last.as_deref(), Some("7"));
+        // A server that resumes after it: a first frame without an id carries the id resumed
+        // after, as the SSE standard carries the last event id across reconnects.
+        let (events, _) = parse(vec![b"data: {\"type\": \"next\"}\n\n"], options).await;
+        assert_eq!((events[0].id.as_str(), events[0].kind.as_str()), ("7", "next"));
     }
 
     #[test]

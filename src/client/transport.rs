@@ -152,24 +152,39 @@ impl Transport {
     /// generation: after a fork the parent's pools are left alone and new ones are built.
     pub fn shared(config: ClientConfig, generation: u64) -> Result<Self, Error> {
         /// The fork generation they belong to, and the pool per connect timeout.
-        type Shared = Option<(u64, Vec<(Duration, Weak<Pool>)>)>;
-        static SHARED: parking_lot::Mutex<Shared> = parking_lot::Mutex::new(None);
-        let mut slot = SHARED.lock();
-        if slot.as_ref().is_some_and(|(owner, _)| *owner != generation) {
-            slot.take();
-        }
-        let (_, pools) = slot.get_or_insert_with(|| (generation, Vec::new()));
-        pools.retain(|(_, pool)| pool.strong_count() > 0);
+        type Pools = Vec<(Duration, Weak<Pool>)>;
+        static SHARED: parking_lot::Mutex<Option<(u64, Pools)>> = parking_lot::Mutex::new(None);
         let connect = config.timeouts.connect;
-        let pool = match pools.iter().find_map(|(timeout, pool)| (*timeout == connect).then(|| pool.upgrade()).flatten()) {
+        /// This generation's pools, the ones gone dropped.
+        fn pools(slot: &mut Option<(u64, Pools)>, generation: u64) -> &mut Pools {
+            if slot.as_ref().is_some_and(|(owner, _)| *owner != generation) {
+                slot.take();
+            }
+            let (_, pools) = slot.get_or_insert_with(|| (generation, Vec::new()));
+            pools.retain(|(_, pool)| pool.strong_count() > 0);
+            pools
+        }
+        let live = |pools: &Pools| pools.iter().find_map(|(timeout, pool)| (*timeout == connect).then(|| pool.upgrade()).flatten());
+        let found = live(pools(&mut SHARED.lock(), generation));
+        let pool = match found {
             Some(pool) => pool,
             None => {
-                let pool = Arc::new(Pool::new(connect, generation)?);
-                pools.push((connect, Arc::downgrade(&pool)));
-                pool
+                // Built without holding SHARED: building logs (reqwest, rustls), a log line runs
+                // Python code, which needs the GIL, and a thread holding the GIL may be waiting
+                // for SHARED; holding it here deadlocked two threads creating clients at once.
+                // Of two pools built at once, the one registered first is used.
+                let built = Arc::new(Pool::new(connect, generation)?);
+                let mut slot = SHARED.lock();
+                let pools = pools(&mut slot, generation);
+                match live(pools) {
+                    Some(pool) => pool,
+                    None => {
+                        pools.push((connect, Arc::downgrade(&built)));
+                        built
+                    }
+                }
             }
         };
-        drop(slot);
         Transport::around(pool, config)
     }
 

@@ -1,11 +1,11 @@
 //! A lens session's WebSocket (`session_endpoint`): JSON requests `{type, event_data}`, one reply
 //! each, in order. One task always reads, so pings are answered (tungstenite queues the pong and
 //! flushes it on the next read) even while Python is idle, and every reply goes to the call that
-//! is waiting for it: a message no call waits for (a late reply to a call that timed out, an
-//! unsolicited heartbeat answer) is dropped, never handed to the next caller. Closing does the
-//! close handshake.
+//! is waiting for it: a message no call waits for (a late reply to a call that timed out, was
+//! cancelled or interrupted, an unsolicited heartbeat answer) is dropped, never handed to the next
+//! caller. Closing does the close handshake and then closes the connection.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use super::error::{ApiError, Error};
+use super::error::{seconds, ApiError, Error};
 use super::secret::ApiKey;
 use super::transport::Transport;
 
@@ -39,6 +39,8 @@ pub enum Credential {
 
 /// The reply a call waits for.
 struct Pending {
+    /// Which call this is, so a call that gives up clears its own wait and no other.
+    call: u64,
     request_type: String,
     reply: oneshot::Sender<Value>,
 }
@@ -47,15 +49,18 @@ struct Pending {
 #[derive(Default)]
 struct Mailbox {
     pending: Option<Pending>,
-    /// Replies still owed to calls that gave up waiting, by request type: replies come in order,
-    /// so the next reply of that type is the late one and is dropped.
-    owed: HashMap<String, u32>,
+    /// The request types of calls that were sent and then abandoned (timed out, cancelled,
+    /// interrupted) before their reply came, oldest first: their replies are still on the way,
+    /// and each is dropped when it comes.
+    owed: VecDeque<String>,
+    calls: u64,
     /// Why the socket stopped, once it has.
     closed: Option<String>,
 }
 
 pub struct Socket {
-    sink: tokio::sync::Mutex<SplitSink<Stream, Message>>,
+    /// `None` once closed: dropping it with the reader's half closes the connection.
+    sink: tokio::sync::Mutex<Option<SplitSink<Stream, Message>>>,
     /// One request in flight at a time: the protocol pairs replies with requests only by order.
     turn: tokio::sync::Mutex<()>,
     mailbox: Arc<Mutex<Mailbox>>,
@@ -82,10 +87,12 @@ fn reply_type(message: &Value) -> String {
 
 impl Mailbox {
     fn deliver(&mut self, message: Value) {
-        let kind = reply_type(&message);
-        if let Some(owed) = self.owed.get_mut(&kind).filter(|n| **n > 0) {
-            *owed -= 1;
-            log::debug!("dropped a late reply to an earlier {kind} request");
+        // A reply owed to an abandoned call comes before the waiting call's, which was sent
+        // later; an `error` names no request type, so it is taken as the oldest owed call's.
+        if let Some(at) = self.owed.iter().position(|request_type| answers(request_type, &message)) {
+            if let Some(request_type) = self.owed.remove(at) {
+                log::debug!("dropped a late reply to an earlier {request_type} request");
+            }
             return;
         }
         match self.pending.take() {
@@ -94,9 +101,32 @@ impl Mailbox {
             }
             other => {
                 self.pending = other;
-                log::debug!("dropped a session socket message no call waits for ({kind})");
+                log::debug!("dropped a session socket message no call waits for ({})", reply_type(&message));
             }
         }
+    }
+
+    /// The call `call` stopped waiting without its reply: the reply, still to come, is owed.
+    fn abandon(&mut self, call: u64) {
+        if self.pending.as_ref().is_some_and(|p| p.call == call) {
+            if let Some(p) = self.pending.take() {
+                self.owed.push_back(p.request_type);
+            }
+        }
+    }
+}
+
+/// Records a sent call's reply as owed when the call ends without it, whichever way it ends: a
+/// timeout, a cancelled awaitable or Ctrl-C (both drop the call's future). A call that got its
+/// reply, or whose socket closed, has no wait left to clear.
+struct Abandon<'a> {
+    mailbox: &'a Mutex<Mailbox>,
+    call: u64,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        self.mailbox.lock().abandon(self.call);
     }
 }
 
@@ -157,7 +187,7 @@ impl Socket {
         let mailbox = Arc::new(Mutex::new(Mailbox::default()));
         let reader = tokio::spawn(read_all(stream, mailbox.clone()));
         Ok(Socket {
-            sink: tokio::sync::Mutex::new(sink),
+            sink: tokio::sync::Mutex::new(Some(sink)),
             turn: tokio::sync::Mutex::new(()),
             mailbox,
             reader: Mutex::new(Some(reader)),
@@ -169,44 +199,68 @@ impl Socket {
     /// reply to it.
     pub async fn call(&self, request_type: &str, event_data: Option<&str>) -> Result<Value, Error> {
         let _turn = self.turn.lock().await;
-        let (tx, rx) = oneshot::channel();
-        {
-            let mut mailbox = self.mailbox.lock();
-            if let Some(reason) = &mailbox.closed {
-                return Err(Error::Connection { message: reason.clone() });
-            }
-            mailbox.pending = Some(Pending { request_type: request_type.to_string(), reply: tx });
-        }
         let kind = serde_json::to_string(request_type).unwrap_or_else(|_| "\"\"".into());
         let frame = format!("{{\"type\":{kind},\"event_data\":{}}}", event_data.unwrap_or("null"));
-        if let Err(e) = self.sink.lock().await.send(Message::Text(frame.into())).await {
-            self.mailbox.lock().pending = None;
-            return Err(Error::Connection { message: format!("sending {request_type} on the session socket: {e}") });
-        }
+        let sending = |e: tokio_tungstenite::tungstenite::Error| Error::Connection {
+            message: format!("sending {request_type} on the session socket: {e}"),
+        };
+        let (rx, _abandon) = {
+            let mut sink = self.sink.lock().await;
+            let Some(sink) = sink.as_mut() else {
+                return Err(Error::Connection { message: self.closed_reason() });
+            };
+            std::future::poll_fn(|cx| sink.poll_ready_unpin(cx)).await.map_err(sending)?;
+            // From here to `start_send` nothing waits, so a call dropped before it sent nothing
+            // and owes nothing; once the frame is queued it goes out ahead of any later one,
+            // even if this call is dropped before the flush.
+            let (tx, rx) = oneshot::channel();
+            let call = {
+                let mut mailbox = self.mailbox.lock();
+                if let Some(reason) = &mailbox.closed {
+                    return Err(Error::Connection { message: reason.clone() });
+                }
+                mailbox.calls += 1;
+                let call = mailbox.calls;
+                mailbox.pending = Some(Pending { call, request_type: request_type.to_string(), reply: tx });
+                call
+            };
+            if let Err(e) = sink.start_send_unpin(Message::Text(frame.into())) {
+                self.mailbox.lock().pending = None;
+                return Err(sending(e));
+            }
+            let abandon = Abandon { mailbox: &self.mailbox, call };
+            sink.flush().await.map_err(sending)?;
+            (rx, abandon)
+        };
         match tokio::time::timeout(self.reply_timeout, rx).await {
             Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(_)) => {
-                let reason = self.mailbox.lock().closed.clone().unwrap_or_else(|| "the session socket closed".into());
-                Err(Error::Connection { message: format!("no reply to {request_type}: {reason}") })
-            }
-            Err(_) => {
-                let mut mailbox = self.mailbox.lock();
-                mailbox.pending = None;
-                *mailbox.owed.entry(request_type.to_string()).or_default() += 1;
-                Err(Error::Timeout {
-                    message: format!("no reply to {request_type} within {:.0}s", self.reply_timeout.as_secs_f64()),
-                })
-            }
+            Ok(Err(_)) => Err(Error::Connection { message: format!("no reply to {request_type}: {}", self.closed_reason()) }),
+            // `_abandon` records the reply as owed.
+            Err(_) => Err(Error::Timeout {
+                message: format!("no reply to {request_type} within {}", seconds(self.reply_timeout)),
+            }),
         }
     }
 
-    /// The close handshake: a close frame, then the server's, within a few seconds.
+    fn closed_reason(&self) -> String {
+        self.mailbox.lock().closed.clone().unwrap_or_else(|| "the session socket was closed".into())
+    }
+
+    /// The close handshake (a close frame, then the server's, within a few seconds), then the
+    /// connection is closed: the reader's half ends with its task and the sink is dropped here,
+    /// so no socket is left half-open (CLOSE-WAIT) for as long as Python keeps the object.
     pub async fn close(&self) {
-        let _ = self.sink.lock().await.send(Message::Close(None)).await;
+        const HANDSHAKE: Duration = Duration::from_secs(5);
+        let sink = self.sink.lock().await.take();
+        if let Some(mut sink) = sink {
+            let _ = tokio::time::timeout(HANDSHAKE, sink.send(Message::Close(None))).await;
+        }
         let reader = self.reader.lock().take();
         if let Some(mut reader) = reader {
-            if tokio::time::timeout(Duration::from_secs(5), &mut reader).await.is_err() {
+            if tokio::time::timeout(HANDSHAKE, &mut reader).await.is_err() {
                 reader.abort();
+                // Returns once the task is gone, and its half of the connection with it.
+                let _ = reader.await;
             }
         }
         self.mailbox.lock().closed.get_or_insert_with(|| "the session socket was closed".into());
@@ -241,7 +295,8 @@ mod tests {
 
     fn waiting(mailbox: &mut Mailbox, request_type: &str) -> oneshot::Receiver<Value> {
         let (tx, rx) = oneshot::channel();
-        mailbox.pending = Some(Pending { request_type: request_type.into(), reply: tx });
+        mailbox.calls += 1;
+        mailbox.pending = Some(Pending { call: mailbox.calls, request_type: request_type.into(), reply: tx });
         rx
     }
 
@@ -263,11 +318,38 @@ mod tests {
     #[test]
     fn a_late_reply_is_dropped_not_handed_to_the_next_call() {
         let mut mailbox = Mailbox::default();
-        mailbox.owed.insert("model.query".into(), 1);
+        waiting(&mut mailbox, "model.query");
+        mailbox.abandon(mailbox.calls);
         let mut rx = waiting(&mut mailbox, "model.query");
         mailbox.deliver(json!({"type": "model.query.response", "event_data": {"result": "late"}}));
         assert!(rx.try_recv().is_err());
         mailbox.deliver(json!({"type": "model.query.response", "event_data": {"result": "mine"}}));
         assert_eq!(rx.try_recv().unwrap()["event_data"]["result"], "mine");
+    }
+
+    #[test]
+    fn a_late_error_is_the_abandoned_calls_not_the_next_ones() {
+        let mut mailbox = Mailbox::default();
+        waiting(&mut mailbox, "model.query");
+        mailbox.abandon(mailbox.calls);
+        let mut rx = waiting(&mut mailbox, "session.validate");
+        mailbox.deliver(json!({"type": "error", "event_data": {"error_messages": ["late"]}}));
+        assert!(rx.try_recv().is_err());
+        assert!(mailbox.owed.is_empty());
+        mailbox.deliver(json!({"type": "error", "event_data": {"error_messages": ["mine"]}}));
+        assert_eq!(rx.try_recv().unwrap()["event_data"]["error_messages"][0], "mine");
+    }
+
+    #[test]
+    fn a_call_abandons_only_its_own_wait() {
+        let mut mailbox = Mailbox::default();
+        let mut rx = waiting(&mut mailbox, "session.read");
+        mailbox.abandon(mailbox.calls - 1);
+        assert!(mailbox.owed.is_empty());
+        mailbox.deliver(json!({"type": "session.read.response", "event_data": null}));
+        assert_eq!(rx.try_recv().unwrap()["type"], "session.read.response");
+        // Answered: nothing is owed when the call then ends.
+        mailbox.abandon(mailbox.calls);
+        assert!(mailbox.owed.is_empty());
     }
 }

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Generator, Mapping, Optional, Sequence, Union
 
 import yaml
 
-from .._arguments import flag
+from .._arguments import flag, mapping, text
 from .._core import NumericEvent
 from .._endpoints import Native, Operation, Request, Resource, Runner, query, segment
 from .._numeric import as_channels
@@ -30,7 +30,7 @@ from ..errors import InvalidArgumentError, LensEventError, SensoriumError
 from ..types import REDACTED_KEY, Lens, LensSession, StreamEvent, lens_session_status
 
 __all__ = ["LensRuntime", "AsyncLensRuntime", "EventStream", "AsyncEventStream", "SessionSocket",
-           "AsyncSessionSocket", "warn_deprecated"]
+           "AsyncSessionSocket", "AsyncSocketOpener", "warn_deprecated"]
 
 # A lens's `model_pipeline`: its processors, each `{processor_name, processor_config}`.
 Processors = Sequence[Mapping[str, Any]]
@@ -49,11 +49,7 @@ def warn_deprecated() -> None:
 
 def _text(value: Any, argument: str) -> str:
     """A name or id argument, checked before sending: a string with something in it."""
-    if not isinstance(value, str):
-        raise TypeError(f"{argument}: expected a str, got {type(value).__name__}")
-    if not value.strip():
-        raise InvalidArgumentError(f"{argument}: must be a non-empty string", argument=argument)
-    return value
+    return str(text(value, argument, required=True))
 
 
 def _pipeline(value: Any, argument: str) -> list[dict[str, Any]]:
@@ -72,14 +68,14 @@ def _pipeline(value: Any, argument: str) -> list[dict[str, Any]]:
 
 
 def _parameters(value: Any, argument: str) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise TypeError(f"{argument}: expected a dict, got {type(value).__name__}")
-    return dict(value)
+    return mapping(value, argument) or {}
 
 
-def _checked_config(config: Mapping[str, Any], argument: str) -> dict[str, Any]:
+def _checked_config(config: Mapping[str, Any], argument: str, source: str) -> dict[str, Any]:
     out = dict(config)
-    _text(out.get("lens_name"), f"{argument}.lens_name")
+    if out.get("lens_name") is None:
+        raise InvalidArgumentError(f"name: {source} has no lens_name (the lens's name)", argument="name")
+    _text(out["lens_name"], f"{argument}.lens_name")
     if "model_pipeline" in out:
         out["model_pipeline"] = _pipeline(out["model_pipeline"], f"{argument}.model_pipeline")
     if "model_parameters" in out:
@@ -94,7 +90,7 @@ def lens_config(name: Any, model_pipeline: Any, model_parameters: Any) -> dict[s
         if model_pipeline is not None or model_parameters is not None:
             raise InvalidArgumentError("name: a whole lens_config dict already holds model_pipeline and "
                                        "model_parameters; pass them inside it", argument="name")
-        return _checked_config(name, "lens_config")
+        return _checked_config(name, "lens_config", "the lens_config dict")
     if isinstance(name, str) and model_pipeline is None and ("\n" in name or ":" in name):
         try:
             loaded = yaml.safe_load(name)
@@ -104,7 +100,7 @@ def lens_config(name: Any, model_pipeline: Any, model_parameters: Any) -> dict[s
             raise InvalidArgumentError(f"name: the lens YAML does not parse{where}: {e}", argument="name") from None
         if not isinstance(loaded, Mapping):
             raise InvalidArgumentError("name: the lens YAML must be a mapping with lens_name", argument="name")
-        return _checked_config(loaded, "lens_config")
+        return _checked_config(loaded, "lens_config", "the lens YAML")
     _text(name, "name")
     if model_pipeline is None:
         raise InvalidArgumentError("model_pipeline: a lens needs its processors (a list of {processor_name, "
@@ -210,17 +206,24 @@ class Sessions(Resource):
         ...     for event in events:
         ...         print(event.type, event.event_data)
         """
-        path = f"/lens/sessions/consumer/{segment(session_id, 'session_id')}"
-        if last_event_id is not None and not isinstance(last_event_id, str):
-            raise TypeError(f"last_event_id: expected a str, got {type(last_event_id).__name__}")
+        path = f"/lens/sessions/consumer/{segment(_text(session_id, 'session_id'), 'session_id')}"
+        if last_event_id is not None:
+            if not isinstance(last_event_id, str):
+                raise TypeError(f"last_event_id: expected a str, got {type(last_event_id).__name__}")
+            # It goes out as the Last-Event-ID header, which cannot carry these; and no event id
+            # has a line break (the SSE framing ends the id there).
+            if any((c < " " and c != "\t") or c == "\x7f" for c in last_event_id):
+                raise InvalidArgumentError(f"last_event_id: {last_event_id!r} holds a line break or control "
+                                           "character, which no event id has", argument="last_event_id")
         feed = self._runner._core().open_stream(path, last_event_id, bool(flag(heartbeats, "heartbeats")))
         kind = AsyncEventStream if self._runner.asynchronous else EventStream
         return kind(feed, last_event_id)
 
 
     def connect(self, session_id: str, *, subprotocol: bool = False) -> Any:
-        """Opens the session's WebSocket (its ``session_endpoint``): a context manager (``async
-        with`` on ``AsyncClient``) whose calls each get their own reply. The key goes in the
+        """Opens the session's WebSocket (its ``session_endpoint``): a context manager whose calls
+        each get their own reply. On ``AsyncClient``, ``async with connect(sid) as socket`` opens
+        and closes it (``await connect(sid)`` gives the open socket). The key goes in the
         ``Authorization`` header, or with ``subprotocol=True`` in ``Sec-WebSocket-Protocol``
         (for proxies that drop the header on upgrades).
 
@@ -229,7 +232,10 @@ class Sessions(Resource):
         ...     print(socket.read())
         """
         _text(session_id, "session_id")
-        return self._drive(self._connect(session_id, bool(flag(subprotocol, "subprotocol"))))
+        subprotocol = bool(flag(subprotocol, "subprotocol"))
+        if self._runner.asynchronous:
+            return AsyncSocketOpener(lambda: self._drive(self._connect(session_id, subprotocol)))
+        return self._drive(self._connect(session_id, subprotocol))
 
     def _connect(self, session_id: str, subprotocol: bool) -> Operation[SessionSocket]:
         session: LensSession = yield Request("GET", "/lens/sessions/info", query(session_id=session_id),
@@ -311,6 +317,8 @@ class EventStream:
 
     def __init__(self, feed: Any, last_event_id: Optional[str]) -> None:
         self._feed = feed
+        # Last event first; the core adds each batch itself, so that a Ctrl-C or a cancellation
+        # never falls between a batch leaving the core and its landing here.
         self._pending: list[StreamEvent] = []
         self._ended = False
         self.last_event_id = last_event_id
@@ -322,18 +330,23 @@ class EventStream:
         while not self._pending:
             if self._ended:
                 raise StopIteration
-            batch = self._feed.next_batch(False)
-            self._take(batch)
+            if not self._take():
+                self._feed.wait(False)
+        return self._hand_out()
+
+    def _take(self) -> bool:
+        """Moves what has arrived into ``_pending``; ``False`` when nothing has yet."""
+        state = self._feed.take_into(self._pending)
+        if state is None:
+            return False
+        if state:
+            self._ended = True
+        return True
+
+    def _hand_out(self) -> StreamEvent:
         event = self._pending.pop()
         self.last_event_id = event.id
         return event
-
-    def _take(self, batch: Optional[list[StreamEvent]]) -> None:
-        if batch is None:
-            self._ended = True
-        else:
-            batch.reverse()  # popped from the end, in order
-            self._pending = batch
 
     def close(self) -> None:
         """Stops reading and closes the connection."""
@@ -349,7 +362,8 @@ class EventStream:
 
 
 class AsyncEventStream(EventStream):
-    """``EventStream`` for ``async for`` and ``async with``."""
+    """``EventStream`` for ``async for`` and ``async with``. Cancelling ``__anext__`` (a timeout
+    around it) loses no event: what arrived meanwhile is handed out by the next call."""
 
     def __aiter__(self) -> AsyncEventStream:
         return self
@@ -358,10 +372,9 @@ class AsyncEventStream(EventStream):
         while not self._pending:
             if self._ended:
                 raise StopAsyncIteration
-            self._take(await self._feed.next_batch(True))
-        event = self._pending.pop()
-        self.last_event_id = event.id
-        return event
+            if not self._take():
+                await self._feed.wait(True)
+        return self._hand_out()
 
     async def __aenter__(self) -> AsyncEventStream:
         return self
@@ -389,6 +402,15 @@ def _event_data(reply: Any) -> Any:
         raise LensEventError([str(m) for m in messages] if isinstance(messages, list) and messages
                              else ["the session refused the request"], body=reply)
     return data
+
+
+def _status_record(reply: Any) -> LensSession:
+    """``session.status``'s reply: the bare session record; anything else (the
+    ``session.status.response`` refusal a destroyed session gets) raised as ``LensEventError``."""
+    if isinstance(reply, dict) and "session_id" in reply and "type" not in reply:
+        return LensSession.from_dict(reply)
+    _event_data(reply)
+    raise LensEventError(["the session answered session.status without its record"], body=reply)
 
 
 def _input_event(event: Any) -> Any:
@@ -431,8 +453,9 @@ class SessionSocket:
         return self._request(type, event_data, lambda reply: reply)
 
     def status(self) -> Any:
-        """The session's record (``LensSession``)."""
-        return self._request("session.status", None, LensSession.from_dict)
+        """The session's record (``LensSession``); a refusal (a destroyed or unknown session)
+        raises ``LensEventError`` with the platform's messages, as ``read`` does."""
+        return self._request("session.status", None, _status_record)
 
     def validate(self) -> Any:
         """The session's health and model checks: ``{is_valid, error_messages}`` (not raised)."""
@@ -496,6 +519,27 @@ class SessionSocket:
 def _stream(stream_type: Any, stream_config: Any) -> dict[str, Any]:
     _text(stream_type, "stream_type")
     return {"stream_type": stream_type, "stream_config": _parameters(stream_config, "stream_config")}
+
+
+class AsyncSocketOpener:
+    """What ``async_client.lens.sessions.connect`` returns: awaited, the open
+    ``AsyncSessionSocket``; in ``async with``, the socket, closed on leaving. Nothing is sent
+    until one of the two happens."""
+
+    def __init__(self, open_socket: Callable[[], Awaitable[AsyncSessionSocket]]) -> None:
+        self._open = open_socket
+        self._socket: Optional[AsyncSessionSocket] = None
+
+    def __await__(self) -> Generator[Any, None, AsyncSessionSocket]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> AsyncSessionSocket:
+        self._socket = await self._open()
+        return self._socket
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._socket is not None:
+            await self._socket.close()
 
 
 class AsyncSessionSocket(SessionSocket):
