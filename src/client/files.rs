@@ -11,7 +11,7 @@ use reqwest::Method;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
-use super::error::Error;
+use super::error::{seconds, Error};
 use super::transport::{error_chain, Call, RequestBody, Transport};
 use super::upload::{self, DirectUploadOptions, ProgressShare, TransferProgress};
 use crate::wire::files::{mime_for_name, FileOpResponse, SIMPLE_UPLOAD_MAX_BYTES, SIMPLE_UPLOAD_TYPES};
@@ -304,7 +304,7 @@ pub async fn download_call(
                 let mut written: u64 = 0;
                 loop {
                     let next = tokio::time::timeout(stall, stream.next()).await.map_err(|_| Error::Timeout {
-                        message: format!("download of {file_id} stalled: no data for {:.0}s", stall.as_secs_f64()),
+                        message: format!("download of {file_id} stalled: no data for {}", seconds(stall)),
                     })?;
                     match next {
                         Some(Ok(chunk)) => {

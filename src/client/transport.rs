@@ -13,7 +13,7 @@ use reqwest::{Method, Response};
 use serde::de::DeserializeOwned;
 
 use super::config::ClientConfig;
-use super::error::{ApiError, Error};
+use super::error::{seconds, ApiError, Error};
 use super::fork;
 use super::lanes::{Lane, Lanes};
 use super::pacing::Pacer;
@@ -402,10 +402,10 @@ impl Transport {
                 _ = activity.stalled(stall) => {
                     return Err(Error::Timeout {
                         message: format!(
-                            "{} {}: no progress for {:.0}s (read_timeout)",
+                            "{} {}: no progress for {} (read_timeout)",
                             call.method,
                             call.url,
-                            stall.as_secs_f64()
+                            seconds(stall)
                         ),
                     })
                 }
