@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from .errors import InvalidArgumentError
+
+#: A path argument as the signatures spell it (bytes are taken too, see ``local_path``).
+StrPath = Union[str, "os.PathLike[str]"]
 
 
 def flag(value: Any, argument: str, *, optional: bool = True) -> Optional[bool]:

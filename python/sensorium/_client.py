@@ -21,7 +21,7 @@ from ._options import (
     headers,
 )
 from ._endpoints import AsyncRunner, SyncRunner
-from ._secrets import API_KEY_ENV, KeyRedactor
+from ._secrets import API_KEY_ENV
 from .resources import AsyncFiles, AsyncModels, Files, Models
 from .resources.agents import Agents, AsyncAgents
 from .resources.batch import AsyncBatch, Batch
@@ -43,7 +43,6 @@ __all__ = ["Client", "AsyncClient"]
 class _BaseClient:
     _core: Any
     _options: Options
-    _key_redactor: KeyRedactor
 
     def __init__(
         self,
@@ -59,7 +58,6 @@ class _BaseClient:
     ) -> None:
         self._options = Options(timeout, connect_timeout, read_timeout, max_retries, headers(default_headers))
         self._core = self._options.core(api_key, base_url, agents_base_url)
-        self._key_redactor = KeyRedactor(api_key)
         self._bind_resources()
 
     def _bind_resources(self) -> None:
@@ -68,7 +66,6 @@ class _BaseClient:
     def _copy(self, changes: dict[str, Any]) -> Self:
         clone = object.__new__(type(self))
         clone._options, clone._core = self._options.derive(self._core, changes)
-        clone._key_redactor = self._key_redactor
         clone._bind_resources()
         return clone
 

@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 from ._options import Options
 from ._progress import ProgressCallback, reporting, reporting_async
-from ._secrets import KeyRedactor
+from ._secrets import redacted
 from .errors import APIResponseValidationError, InvalidArgumentError
 from .pagination import AsyncPager, Page, SyncPager
 
@@ -217,7 +217,6 @@ def _item_cursor_page(raw: Any, direction: str) -> dict[str, Any]:
 class _HasCore(Protocol):
     _core: Any
     _options: Options
-    _key_redactor: KeyRedactor
 
 
 def _bounded(client: _HasCore, bounds: Optional[Bounds]) -> Any:
@@ -290,7 +289,7 @@ class SyncRunner:
         if isinstance(step, Native):
             return self.native(step)
         if isinstance(step, Scrub):
-            return self._client._key_redactor.value(step.value)
+            return redacted(step.value, self._core().redact)
         raise TypeError(f"unknown step {step!r}")
 
     def native(self, step: Native[T]) -> T:
@@ -359,7 +358,7 @@ class AsyncRunner:
         if isinstance(step, Native):
             return await self.native(step)
         if isinstance(step, Scrub):
-            return self._client._key_redactor.value(step.value)
+            return redacted(step.value, self._core().redact)
         raise TypeError(f"unknown step {step!r}")
 
     async def native(self, step: Native[T]) -> T:

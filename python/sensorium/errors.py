@@ -102,10 +102,10 @@ class EmbedManyError(SensoriumError):
     ``__cause__`` the error to fix.
 
     Usually a few windows failed (after their retries, or without being sent: a NaN, a wrong
-    shape) and every other window was embedded. An error no window can escape (the key refused, an unknown model, an address with no encoder)
-    stops the batch instead: nothing more is sent, ``__cause__`` is that error, and
-    ``not_sent`` lists the windows never sent (they are in ``failed`` too; an iterator is not
-    read further).
+    shape) and every other window was embedded. An error no window can escape (the key refused,
+    an unknown model, an address with no encoder) stops the batch instead: nothing more is sent,
+    ``__cause__`` is that error, and ``not_sent`` lists the windows never sent (they are in
+    ``failed`` too; an iterator is not read further).
 
     Example::
 

@@ -167,6 +167,12 @@ impl CoreClient {
         self.transport().config.agents_base_url()
     }
 
+    /// `text` with this client's API key taken out, as the transport takes it out of error
+    /// answers: for what Python builds from successful answers that may echo it.
+    fn redact(&self, text: &str) -> String {
+        self.transport().config.api_key.redact_in(text)
+    }
+
     /// One JSON call to any endpoint (`crate::client::endpoint`): the answer's JSON, or with
     /// `page` a normalised list page `{data, has_more, next_cursor}`.
     #[pyo3(signature = (method, surface, path, query, body, page, asynchronous))]

@@ -12,14 +12,13 @@ Example::
 
 from __future__ import annotations
 
-import os
 from pathlib import PurePosixPath
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar, Union
 
 import yaml
 
 from .._downloads import download_listed
-from .._arguments import flag, folder, mapping, one_of, string, text
+from .._arguments import StrPath, flag, folder, mapping, one_of, string, text
 from .._arguments import limit as page_size
 from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, cursor_walk, query, segment
 from .._progress import ProgressCallback
@@ -45,7 +44,6 @@ __all__ = ["Agents", "AsyncAgents"]
 R = TypeVar("R")
 SourceItem = Union[str, FileRecord, Mapping[str, Any]]
 Source = Union[SourceItem, Sequence[SourceItem]]
-StrPath = Union[str, "os.PathLike[str]"]
 
 BUNDLE_SORTS = ("created_at", "last_run_at", "name")
 ORDERS = ("asc", "desc")

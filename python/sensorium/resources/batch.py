@@ -12,10 +12,9 @@ Example::
 from __future__ import annotations
 
 import builtins
-import os
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional
 
-from .._arguments import flag, folder, mapping, string, text
+from .._arguments import StrPath, flag, folder, mapping, string, text
 from .._arguments import limit as page_size
 from .._downloads import download_listed
 from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, query, segment, warn_caller
@@ -27,7 +26,6 @@ from .fine_tuning import job_status
 
 __all__ = ["Batch", "AsyncBatch"]
 
-StrPath = Union[str, "os.PathLike[str]"]
 
 # Cursor-style batch lists page with `?limit=N&cursor=<next_cursor>` (CHOICES); offset-style
 # pages are recognised and followed with `offset`.

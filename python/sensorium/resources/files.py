@@ -6,15 +6,14 @@ import base64
 import binascii
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Sequence
 
 from .._endpoints import ListRequest, Native, Request, Resource, query, segment
-from .._arguments import count, flag, local_path, utf8_text
+from .._arguments import StrPath, count, flag, local_path, utf8_text
 from .._progress import ProgressCallback
 from ..errors import InvalidArgumentError
 from ..types import FileRecord
 
-StrPath = Union[str, "os.PathLike[str]"]
 UploadMethod = Literal["auto", "simple", "direct"]
 
 __all__ = ["Files", "AsyncFiles"]
