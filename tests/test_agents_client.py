@@ -407,6 +407,19 @@ def test_a_poll_that_fails_once_is_retried_within_the_timeout(call):
         assert agent.status == "completed" and len(server.requests) == 2
 
 
+def test_a_poll_that_runs_out_of_retries_within_the_timeout_raises_its_error(call):
+    """Under a timeout, polls still follow the client's retry rule: with no retries left before
+    the deadline, wait raises the poll's own error (not WaitTimeoutError), as without one."""
+    from sensorium.errors import InternalServerError
+
+    busy = lambda: response(503, b'{"errors": [{"code": "server_at_capacity", "message": "busy"}]}',  # noqa: E731
+                            headers={"Retry-After": "0"})
+    with FakeServer(routes({"GET /v0.5/agents/instances/agt_1": busy})) as server:
+        with pytest.raises(InternalServerError):
+            call(server.base_url, lambda c: c.agents.instances.wait("agt_1", timeout=30), max_retries=2)
+        assert len(server.requests) == 3
+
+
 # Records under the lagging status; the key in failures
 
 

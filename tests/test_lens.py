@@ -192,6 +192,27 @@ def test_dropped_connections_lose_and_repeat_nothing(emu, client_kind):
     assert all(header(r, "last-event-id") for r in consumer[1:])
 
 
+@pytest.mark.parametrize("action", ["truncate", "stall"])
+def test_an_emulator_stream_cut_or_stalled_by_a_fault_is_read_again(emu, client_kind, action):
+    """inject(action="stall"|"truncate") on the stream route used to wait for the end of a body
+    that never ends: the client saw no answer at all, neither a cut nor a stall. A cut is seen at
+    once (the default 60 s stall timeout is never reached); a stall after the stall timeout."""
+    session_id = running_session(emu, client_kind, [NOOP, SSE])
+    feed(emu, session_id, 20)
+    emu.inject("GET", "/lens/sessions/consumer/*", action=action)
+    options = {"read_timeout": 0.5} if action == "stall" else {}
+    done = in_background(lambda: read(emu, client_kind, session_id, **options))
+    deadline = time.monotonic() + 15
+    while len([r for r in emu.requests if "/lens/sessions/consumer/" in r.path]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len([r for r in emu.requests if "/lens/sessions/consumer/" in r.path]) == 2, "no second connection"
+    with emu.client() as client:
+        client.lens.sessions.destroy(session_id)
+    events, _ = done()
+    assert [e.event_data["i"] for e in events] == list(range(20))
+    assert len([r for r in emu.requests if "/lens/sessions/consumer/" in r.path]) == 2
+
+
 def test_a_later_process_resumes_where_the_first_stopped(emu, client_kind):
     session_id = running_session(emu, client_kind, [NOOP, SSE])
     feed(emu, session_id, 30)

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, Callable, Generator, Generic, Literal, Mapping, Optional, Protocol, TypeVar, Union
 from urllib.parse import quote
 
-from ._options import Options
 from ._progress import ProgressCallback, reporting, reporting_async
 from ._secrets import redacted
 from .errors import APIResponseValidationError, InvalidArgumentError
@@ -42,21 +41,12 @@ def _identity(raw: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class Bounds:
-    """Limits of one call tighter than the client's: each attempt (connecting, reading, the
-    whole answer) within ``seconds``, and at most ``max_retries`` retries. A multi-step
-    operation with a deadline of its own (``wait(timeout=...)``) sets them so that the core's
-    retries and their backoff cannot carry it past that deadline."""
-
-    seconds: float
-    max_retries: int
-
-
-@dataclass(frozen=True)
 class Request(Generic[T]):
     """One JSON call: ``path`` under ``surface``'s base URL; ``cast`` builds the result from the
-    answer's JSON (``None`` for an empty answer); ``bounds`` tightens the client's options for
-    this call only."""
+    answer's JSON (``None`` for an empty answer). ``deadline`` (a ``time.monotonic()`` time) is
+    when the call must be over, its retries and their pauses included: the core cuts attempts
+    at it and raises ``WaitTimeoutError``, from the last failure, rather than retry past it
+    (``wait(timeout=...)``'s polls)."""
 
     method: str
     path: str
@@ -64,7 +54,7 @@ class Request(Generic[T]):
     body: Any = None
     surface: Surface = "api"
     cast: Callable[[Any], T] = _identity
-    bounds: Optional[Bounds] = None
+    deadline: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -216,19 +206,11 @@ def _item_cursor_page(raw: Any, direction: str) -> dict[str, Any]:
 
 class _HasCore(Protocol):
     _core: Any
-    _options: Options
 
 
-def _bounded(client: _HasCore, bounds: Optional[Bounds]) -> Any:
-    """The client's core, or a copy of it (sharing its connections) within ``bounds``."""
-    core = client._core
-    if bounds is None:
-        return core
-    options = client._options
-    seconds = bounds.seconds
-    total = seconds if options.timeout is None else min(options.timeout, seconds)
-    return core.with_options(total, min(options.connect_timeout, seconds), min(options.read_timeout, seconds),
-                             min(options.max_retries, bounds.max_retries), list(options.default_headers))
+def _within(request: Request[Any]) -> Optional[float]:
+    """Seconds left until ``request``'s deadline (0 once it has passed), as the core takes them."""
+    return None if request.deadline is None else max(request.deadline - time.monotonic(), 0.0)
 
 
 class SyncRunner:
@@ -243,14 +225,9 @@ class SyncRunner:
     def _core(self) -> Any:
         return self._client._core
 
-    @property
-    def options(self) -> Options:
-        """The client's options (timeouts, retries), as operations written once read them."""
-        return self._client._options
-
     def call(self, request: Request[T]) -> T:
-        raw = _bounded(self._client, request.bounds).request(request.method, request.surface, request.path,
-                                                             dict(request.query), request.body, False, False)
+        raw = self._core().request(request.method, request.surface, request.path, dict(request.query), request.body,
+                                   False, False, _within(request))
         return request.cast(raw)
 
     def pager(self, request: ListRequest[T]) -> SyncPager[T]:
@@ -312,14 +289,9 @@ class AsyncRunner:
     def _core(self) -> Any:
         return self._client._core
 
-    @property
-    def options(self) -> Options:
-        """See :attr:`SyncRunner.options`."""
-        return self._client._options
-
     async def call(self, request: Request[T]) -> T:
-        raw = await _bounded(self._client, request.bounds).request(request.method, request.surface, request.path,
-                                                                   dict(request.query), request.body, False, True)
+        raw = await self._core().request(request.method, request.surface, request.path, dict(request.query),
+                                         request.body, False, True, _within(request))
         return request.cast(raw)
 
     def pager(self, request: ListRequest[T]) -> AsyncPager[T]:

@@ -10,11 +10,9 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from ._arguments import flag
-from ._endpoints import Bounds, Operation, Request, Scrub, Sleep
+from ._endpoints import Operation, Request, Scrub, Sleep
 from .errors import (
     AgentRunError,
-    APIConnectionError,
-    APIStatusError,
     InvalidArgumentError,
     SensoriumError,
     WaitTimeoutError,
@@ -33,15 +31,6 @@ MAX_POLL_SECONDS = 5.0
 POLL_GROWTH = 1.3
 # While the logs are polled, the record is read too every this many rounds.
 RECORD_EVERY = 4
-# Under a timeout every poll gets at least this long to answer, so `timeout=0` still means "look
-# once" rather than "fail at once"; a wait overruns its timeout by at most one such poll.
-MIN_POLL_BUDGET_SECONDS = 1.0
-# The statuses the spec says to retry (the core's retry rule, repeated because under a timeout
-# wait retries its polls itself), and the core's backoff without Retry-After: 0.5 s doubling,
-# capped at 8 s.
-RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
-RETRY_FIRST_SECONDS = 0.5
-RETRY_MAX_SECONDS = 8.0
 
 
 def agent_status(record: Any) -> str:
@@ -130,43 +119,19 @@ class _DeadlinePassed(Exception):
     """A poll could not be answered before the wait's deadline; ``__cause__`` says why."""
 
 
-def _transient(error: BaseException) -> bool:
-    if isinstance(error, APIStatusError):
-        return error.status in RETRYABLE_STATUSES
-    return isinstance(error, APIConnectionError)
-
-
-def _poll(request: Request[T], deadline: Optional[float], max_retries: int) -> Operation[T]:
-    """One poll. Without a deadline, the client's retry rule applies as to any call. With one,
-    each attempt is bounded by the time left and wait retries the poll itself (up to
-    ``max_retries`` times, with the core's backoff or the server's ``Retry-After``), so that no
-    retry or backoff sleeps past the deadline: when the next attempt would come too late,
-    ``_DeadlinePassed`` is raised from the last error."""
-    if deadline is None:
-        answer: T = yield request
-        return answer
-    failures = 0
-    while True:
-        budget = max(deadline - time.monotonic(), MIN_POLL_BUDGET_SECONDS)
-        try:
-            answer = yield replace(request, bounds=Bounds(budget, 0))
-            return answer
-        except SensoriumError as error:
-            if not _transient(error):
-                raise
-            failures += 1
-            retry_after = getattr(error, "retry_after", None)
-            pause = retry_after if retry_after is not None else min(
-                RETRY_FIRST_SECONDS * 2 ** (failures - 1), RETRY_MAX_SECONDS)
-            if time.monotonic() + pause >= deadline:
-                raise _DeadlinePassed() from error
-            if failures > max_retries:
-                raise
-            yield Sleep(pause)
+def _poll(request: Request[T], deadline: Optional[float]) -> Operation[T]:
+    """One poll, retried by the client's retry rule; under a deadline the core cuts its
+    attempts there and raises ``WaitTimeoutError`` (from the last failure) rather than retry or
+    pause past it. Each attempt still gets a second, so a wait whose time is up looks once."""
+    try:
+        answer: T = yield replace(request, deadline=deadline)
+    except WaitTimeoutError as passed:
+        raise _DeadlinePassed() from passed.__cause__
+    return answer
 
 
 def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], Request[list[AgentLog]]]],
-             timeout: Optional[float], progress: bool, what: str, *, max_retries: int,
+             timeout: Optional[float], progress: bool, what: str, *,
              status_of: Callable[[Any], str] = agent_status,
              failure: Callable[[Any, list[AgentLog], str], SensoriumError] = agent_failure,
              counts: Callable[[Any], Optional[tuple[int, int]]] = progress_counts) -> Operation[R]:
@@ -188,7 +153,7 @@ def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], R
     record: Any = None
     status = ""
     try:
-        record = yield from _poll(get(), deadline, max_retries)
+        record = yield from _poll(get(), deadline)
         round_number = 0
         while True:
             round_number += 1
@@ -201,7 +166,7 @@ def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], R
                 if status == "failed":
                     if not logs and recent_logs is not None:
                         try:
-                            logs = yield from _poll(recent_logs(), deadline, max_retries)
+                            logs = yield from _poll(recent_logs(), deadline)
                         except _DeadlinePassed:
                             pass  # the failure matters more than its log lines
                     record, logs = yield Scrub((record, logs))
@@ -214,11 +179,11 @@ def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], R
             delay = next(delays)
             yield Sleep(delay if remaining is None else min(delay, remaining))
             if recent_logs is not None and round_number % RECORD_EVERY != 0:
-                logs = yield from _poll(recent_logs(), deadline, max_retries)
+                logs = yield from _poll(recent_logs(), deadline)
                 ended = ended_in(logs)
                 if ended is None:
                     continue
-            record = yield from _poll(get(), deadline, max_retries)
+            record = yield from _poll(get(), deadline)
     except _DeadlinePassed as passed:
         raise _timed_out(what, status, timeout, record) from passed.__cause__
     finally:

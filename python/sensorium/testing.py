@@ -241,7 +241,8 @@ class Emulator:
         ``method=None`` matches any method. ``status`` answers with the platform's error body
         (and ``Retry-After`` when ``retry_after`` is given); ``delay`` (seconds) waits first;
         ``action`` is ``"reset"`` (drop the connection), ``"stall"`` (send half the body, then
-        nothing) or ``"truncate"`` (send half the body, then close).
+        nothing) or ``"truncate"`` (send half the body, then close). An open-ended body, such as
+        a lens session's event stream, is cut inside its first chunk.
 
         Example::
 

@@ -174,8 +174,10 @@ impl CoreClient {
     }
 
     /// One JSON call to any endpoint (`crate::client::endpoint`): the answer's JSON, or with
-    /// `page` a normalised list page `{data, has_more, next_cursor}`.
-    #[pyo3(signature = (method, surface, path, query, body, page, asynchronous))]
+    /// `page` a normalised list page `{data, has_more, next_cursor}`. With `within`, the call
+    /// (retries included) is over within that many seconds, or raises `WaitTimeoutError` from
+    /// its last failure.
+    #[pyo3(signature = (method, surface, path, query, body, page, asynchronous, within=None))]
     #[allow(clippy::too_many_arguments)]
     fn request<'py>(
         &self,
@@ -187,6 +189,7 @@ impl CoreClient {
         body: Option<&Bound<'py, PyAny>>,
         page: bool,
         asynchronous: bool,
+        within: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         guard("request", || {
             let path = text(py, path, "path")?;
@@ -204,7 +207,14 @@ impl CoreClient {
                     Some(b) if !b.is_none() => Some(py_to_value(b, "body")?),
                     _ => None,
                 };
-                Ok(JsonCall { method, surface: Surface::parse(surface)?, path, query, body, page })
+                let within = match within {
+                    None => None,
+                    Some(v) if v.is_finite() && (0.0..=MAX_TIMEOUT_SECONDS).contains(&v) => Some(Duration::from_secs_f64(v)),
+                    Some(v) => {
+                        return Err(Error::invalid_argument("within", format!("is {v}; it takes 0 or more seconds up to a year")))
+                    }
+                };
+                Ok(JsonCall { method, surface: Surface::parse(surface)?, path, query, body, page, within })
             };
             let req = build().map_err(|e| to_pyerr(py, e))?;
             runtime::run_unary(py, "request", asynchronous, self.transport(), |transport| async move {

@@ -83,6 +83,13 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
             kwargs.set_item("upload_id", upload_id)?;
             errors.getattr("TransferError")?.call((message,), Some(&kwargs))?
         }
+        Error::DeadlinePassed { last } => {
+            // The caller (wait) says what ran out; the failure that used the time is the cause.
+            let exc = errors.getattr("WaitTimeoutError")?.call1((message,))?;
+            let cause = build(py, *last)?;
+            exc.setattr("__cause__", cause.into_value(py))?;
+            exc
+        }
     };
     Ok(PyErr::from_value(exc))
 }

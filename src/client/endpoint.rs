@@ -61,6 +61,8 @@ pub struct JsonCall {
     pub body: Option<Value>,
     /// Read the answer as a list page (either style) instead of returning it as is.
     pub page: bool,
+    /// The whole call (retries included) ends within this long of its start.
+    pub within: Option<std::time::Duration>,
 }
 
 /// Query parameters as sent: booleans as lowercase `true`/`false` (the agents service answers 400
@@ -96,6 +98,7 @@ fn build(transport: &Transport, req: &JsonCall) -> Result<Call, Error> {
     }
     let mut call = Call::new(req.method.clone(), format!("{}{}", req.surface.base(transport), req.path));
     call.query = query_pairs(&req.query)?;
+    call.deadline = req.within.and_then(|within| tokio::time::Instant::now().checked_add(within));
     if let Some(body) = &req.body {
         let bytes = serde_json::to_vec(body).map_err(|e| Error::invalid_argument("body", e.to_string()))?;
         call.body = RequestBody::Json(Bytes::from(bytes));

@@ -46,6 +46,10 @@ pub enum Error {
     /// continues it.
     #[error("{message}")]
     Transfer { message: String, resumable: bool, upload_id: Option<String> },
+    /// A call given a deadline of its own ([`crate::client::transport::Call::deadline`]) failed
+    /// with a retryable error, and its next attempt would have started past the deadline.
+    #[error("gave up at the deadline after: {last}")]
+    DeadlinePassed { last: Box<Error> },
 }
 
 impl Error {
@@ -99,6 +103,7 @@ impl Error {
             Error::Transfer { message, resumable, upload_id } => {
                 Error::Transfer { message: text(message), resumable, upload_id }
             }
+            Error::DeadlinePassed { last } => Error::DeadlinePassed { last: Box::new(last.redacted(key)) },
             other @ (Error::InvalidArgument { .. } | Error::Config(_) | Error::Io { .. }) => other,
         }
     }

@@ -56,7 +56,15 @@ pub struct Call {
     /// `url` already parsed, on the hot paths ([`Transport::query_call`]); otherwise reqwest
     /// parses `url` on every attempt (about 1 µs of an `embed_many` request's 60).
     pub parsed_url: Option<reqwest::Url>,
+    /// When the whole call, retries and their pauses included, must be over (`wait(timeout=)`
+    /// polls): each attempt is cut at it, and a retry that would start past it is not made
+    /// ([`Error::DeadlinePassed`]). Each attempt still gets [`MIN_ATTEMPT`], so a call whose
+    /// deadline has already come still looks once.
+    pub deadline: Option<tokio::time::Instant>,
 }
+
+/// The least time an attempt gets under a call's deadline.
+pub const MIN_ATTEMPT: Duration = Duration::from_secs(1);
 
 impl Call {
     pub fn new(method: Method, url: String) -> Self {
@@ -69,6 +77,7 @@ impl Call {
             authenticated: true,
             headers: Vec::new(),
             parsed_url: None,
+            deadline: None,
         }
     }
 
@@ -278,6 +287,17 @@ impl Transport {
             match outcome {
                 Ok(value) => return Ok(value),
                 Err(err) if err.is_retryable() && attempt <= policy.max_retries => {
+                    let delay = policy.delay(attempt, err.retry_after());
+                    if call.deadline.is_some_and(|deadline| tokio::time::Instant::now() + delay >= deadline) {
+                        log::debug!(
+                            "{} {} attempt {} failed ({}); the next would start past the call's deadline",
+                            call.method,
+                            call.url,
+                            attempt,
+                            err
+                        );
+                        return Err(Error::DeadlinePassed { last: Box::new(err) });
+                    }
                     if let Some(limit) = self.attempt_deadline(call) {
                         if err.retry_after().is_some_and(|wait| wait > limit) {
                             // `timeout` bounds one attempt; a caller who allows 2 s per attempt
@@ -293,7 +313,6 @@ impl Transport {
                             return Err(err);
                         }
                     }
-                    let delay = policy.delay(attempt, err.retry_after());
                     log::debug!(
                         "{} {} attempt {} failed ({}); retrying in {:.3}s",
                         call.method,
@@ -313,13 +332,13 @@ impl Transport {
     }
 
     /// The deadline of one attempt of `call`: the `timeout` option, except for transfers, which
-    /// are bounded by the stall timeout instead.
+    /// are bounded by the stall timeout instead; and no later than the call's own deadline
+    /// (but at least [`MIN_ATTEMPT`]).
     fn attempt_deadline(&self, call: &Call) -> Option<Duration> {
-        if call.streaming {
-            None
-        } else {
-            self.config.timeouts.total
-        }
+        let option = if call.streaming { None } else { self.config.timeouts.total };
+        let Some(deadline) = call.deadline else { return option };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now()).max(MIN_ATTEMPT);
+        Some(option.map_or(left, |option| option.min(left)))
     }
 
     /// Reads a whole 2xx body under the stall timeout.
@@ -661,32 +680,9 @@ mod tests {
 
     #[tokio::test]
     async fn clients_of_one_process_share_connections_and_a_forked_child_gets_its_own() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        // A keep-alive HTTP server that answers `{}` to everything and counts connections.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let accepted = Arc::new(AtomicU64::new(0));
-        let counter = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                counter.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let (mut buf, mut seen) = (vec![0u8; 8192], Vec::new());
-                    while let Ok(n @ 1..) = socket.read(&mut buf).await {
-                        seen.extend_from_slice(&buf[..n]);
-                        while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                            seen.drain(..end + 4);
-                            let answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
-                            if socket.write_all(answer).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                });
-            }
-        });
-        let config =
-            || ClientConfig::resolve(Some("sk-test".into()), Some(format!("http://127.0.0.1:{port}/v0.5")), |_| None).unwrap();
+        let server = fixed_server(Some(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")).await;
+        let accepted = server.connections;
+        let config = || ClientConfig::resolve(Some("sk-test".into()), Some(server.base.clone()), |_| None).unwrap();
         let get = |transport: Transport| async move {
             let call = Call::get(transport.config.url("/models"));
             transport.json::<serde_json::Value>(&call).await.unwrap();
@@ -706,6 +702,97 @@ mod tests {
         drop(first);
         get(Transport::shared(config(), generation).unwrap()).await;
         assert_eq!(accepted.load(Ordering::SeqCst), 4, "the pool went with the last client on it");
+    }
+
+    /// A keep-alive server on 127.0.0.1 that gives every request `answer` (or, when `None`,
+    /// never answers), counting connections and requests.
+    struct FixedServer {
+        base: String,
+        connections: Arc<AtomicU64>,
+        requests: Arc<AtomicU64>,
+    }
+
+    async fn fixed_server(answer: Option<&'static [u8]>) -> FixedServer {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (connections, requests) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (accepted, counter) = (connections.clone(), requests.clone());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let (mut buf, mut seen) = (vec![0u8; 8192], Vec::new());
+                    while let Ok(n @ 1..) = socket.read(&mut buf).await {
+                        seen.extend_from_slice(&buf[..n]);
+                        while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                            seen.drain(..end + 4);
+                            counter.fetch_add(1, Ordering::SeqCst);
+                            match answer {
+                                Some(answer) if socket.write_all(answer).await.is_ok() => {}
+                                Some(_) => return,
+                                None => {}
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        FixedServer { base: format!("http://127.0.0.1:{port}/v0.5"), connections, requests }
+    }
+
+    #[tokio::test]
+    async fn a_call_with_a_deadline_neither_retries_nor_pauses_past_it() {
+        let config = |base: &str| {
+            let mut config = ClientConfig::resolve(Some("sk-test".into()), Some(base.to_string()), |_| None).unwrap();
+            config.retry.max_retries = 10;
+            Transport::new(config).unwrap()
+        };
+        let within = |seconds: f64| {
+            let mut call = Call::get("".into());
+            call.deadline = Some(tokio::time::Instant::now() + Duration::from_secs_f64(seconds));
+            call
+        };
+        let deadline_passed = |result: Result<serde_json::Value, Error>| match result {
+            Err(Error::DeadlinePassed { last }) => *last,
+            other => panic!("expected DeadlinePassed, got {other:?}"),
+        };
+
+        // The server asks to come back after the deadline: one request, then its 503 as the cause.
+        let FixedServer { base, requests, .. } = fixed_server(Some(b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 10\r\ncontent-length: 0\r\n\r\n")).await;
+        let transport = config(&base);
+        let call = Call { url: transport.config.url("/models"), ..within(2.0) };
+        let last = deadline_passed(transport.json(&call).await);
+        assert!(matches!(&last, Error::Api(api) if api.status == 503), "{last:?}");
+        assert_eq!(requests.load(Ordering::SeqCst), 1);
+
+        // Short pauses are taken while they end before the deadline, and no more.
+        let FixedServer { base, requests, .. } = fixed_server(Some(b"HTTP/1.1 503 Service Unavailable\r\nretry-after-ms: 300\r\ncontent-length: 0\r\n\r\n")).await;
+        let transport = config(&base);
+        let started = std::time::Instant::now();
+        let call = Call { url: transport.config.url("/models"), ..within(1.0) };
+        deadline_passed(transport.json(&call).await);
+        assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        let made = requests.load(Ordering::SeqCst);
+        assert!((3..=4).contains(&made), "{made} requests in 1 s of 300 ms pauses");
+
+        // An attempt nobody answers is cut at the deadline, but not before it has had a second.
+        let FixedServer { base, requests, .. } = fixed_server(None).await;
+        let transport = config(&base);
+        let started = std::time::Instant::now();
+        let call = Call { url: transport.config.url("/models"), ..within(0.0) };
+        let last = deadline_passed(transport.json(&call).await);
+        assert!(matches!(last, Error::Timeout { .. }), "{last:?}");
+        assert!(started.elapsed() >= MIN_ATTEMPT, "{:?}", started.elapsed());
+        assert_eq!(requests.load(Ordering::SeqCst), 1);
+
+        // Without a deadline the same retry rule runs out its retries and returns the error.
+        let FixedServer { base, requests, .. } = fixed_server(Some(b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 0\r\ncontent-length: 0\r\n\r\n")).await;
+        let transport = config(&base);
+        let result = transport.json::<serde_json::Value>(&Call::get(transport.config.url("/models"))).await;
+        assert!(matches!(result, Err(Error::Api(api)) if api.status == 503));
+        assert_eq!(requests.load(Ordering::SeqCst), 11);
     }
 
     #[tokio::test]

@@ -185,7 +185,9 @@ fn rate_limit_error(wait: Duration) -> super::api_error::ApiError {
 }
 
 /// Status line and headers of `parts` with the full body length, as hyper would have sent them.
-fn head_bytes(parts: &axum::http::response::Parts, content_length: usize) -> BytesMut {
+/// The status line and headers of `parts` as written on the wire, the body framed by
+/// `content_length` or, without one, chunked.
+fn head_bytes(parts: &axum::http::response::Parts, content_length: Option<usize>) -> BytesMut {
     let mut out = BytesMut::new();
     let reason = parts.status.canonical_reason().unwrap_or("");
     out.extend_from_slice(format!("HTTP/1.1 {} {reason}\r\n", parts.status.as_u16()).as_bytes());
@@ -198,8 +200,23 @@ fn head_bytes(parts: &axum::http::response::Parts, content_length: usize) -> Byt
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(format!("content-length: {content_length}\r\n\r\n").as_bytes());
+    match content_length {
+        Some(length) => out.extend_from_slice(format!("content-length: {length}\r\n\r\n").as_bytes()),
+        None => out.extend_from_slice(b"transfer-encoding: chunked\r\n\r\n"),
+    }
     out
+}
+
+/// The first non-empty data frame of `body` (empty if it ends or fails first).
+async fn first_data(body: &mut Body) -> Bytes {
+    while let Some(Ok(frame)) = body.frame().await {
+        if let Ok(data) = frame.into_data() {
+            if !data.is_empty() {
+                return data;
+            }
+        }
+    }
+    Bytes::new()
 }
 
 async fn handle(
@@ -298,11 +315,27 @@ async fn handle(
             return Ok(response);
         }
     };
-    // A cut response is buffered to know its length; faults target small test responses.
-    let (parts, body) = response.into_parts();
-    let full = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
-    let mut bytes = head_bytes(&parts, full.len());
-    bytes.extend_from_slice(&full[..full.len() / 2]);
+    let (parts, mut body) = response.into_parts();
+    let bytes = if hyper::body::Body::size_hint(&body).exact().is_some() {
+        // A cut response is buffered to know its length; faults target small test responses.
+        let full = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+        let mut bytes = head_bytes(&parts, Some(full.len()));
+        bytes.extend_from_slice(&full[..full.len() / 2]);
+        bytes
+    } else {
+        // An open-ended body (an SSE stream) never ends to be halved: its first chunk is
+        // announced whole and half of it sent.
+        let first = tokio::select! {
+            first = first_data(&mut body) => first,
+            _ = shared.shutdown.cancelled() => Bytes::new(),
+        };
+        let mut bytes = head_bytes(&parts, None);
+        if !first.is_empty() {
+            bytes.extend_from_slice(format!("{:x}\r\n", first.len()).as_bytes());
+            bytes.extend_from_slice(&first[..first.len() / 2]);
+        }
+        bytes
+    };
     shared.recorder.push(record(status));
     let _ = takeover.send(Takeover::Write { bytes: bytes.freeze(), hold }).await;
     std::future::pending().await

@@ -461,8 +461,7 @@ class Instances(Resource):
         segment(agent_id, "agent_id")
         return self._drive(wait_for(lambda: Request("GET", self._path(agent_id), surface="agents",
                                                     cast=Agent.from_dict),
-                                    lambda: self._recent_logs(agent_id), timeout, progress, f"agent {agent_id}",
-                                    max_retries=self._runner.options.max_retries))
+                                    lambda: self._recent_logs(agent_id), timeout, progress, f"agent {agent_id}"))
 
     def download_results(self, agent_id: str, directory: StrPath, *,
                          concurrency: Optional[int] = None, on_progress: Optional[ProgressCallback] = None,
@@ -522,8 +521,7 @@ class Evals(Resource):
         """Waits until the evaluation ends; returns the final ``Eval`` (``AgentRunError`` if failed)."""
         segment(eval_id, "eval_id")
         return self._drive(wait_for(lambda: Request("GET", self._path(eval_id), surface="agents", cast=Eval.from_dict),
-                                    None, timeout, progress, f"evaluation {eval_id}",
-                                    max_retries=self._runner.options.max_retries))
+                                    None, timeout, progress, f"evaluation {eval_id}"))
 
 
 class Optimizations(Resource):
@@ -595,8 +593,7 @@ class Optimizations(Resource):
         segment(optimization_id, "optimization_id")
         return self._drive(wait_for(lambda: Request("GET", self._path(optimization_id), surface="agents",
                                                     cast=Optimization.from_dict),
-                                    None, timeout, progress, f"optimization {optimization_id}",
-                                    max_retries=self._runner.options.max_retries))
+                                    None, timeout, progress, f"optimization {optimization_id}"))
 
 
 class Nodes(Resource):

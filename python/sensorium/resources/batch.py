@@ -195,7 +195,7 @@ class Jobs(Resource):
     def _wait(self, job_id: str, timeout: Optional[float], progress: bool) -> Operation[BatchJob]:
         job: BatchJob = yield from wait_for(lambda: Request("GET", self._path(job_id), cast=BatchJob.from_dict), None,
                                             timeout, progress, f"batch job {job_id}", status_of=job_status,
-                                            failure=batch_failure, max_retries=self._runner.options.max_retries)
+                                            failure=batch_failure)
         if job_status(job) == "completed":
             failed: builtins.list[dict[str, Any]] = yield from self._failed_inputs(job_id)
             if failed:

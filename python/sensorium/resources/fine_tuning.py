@@ -131,8 +131,7 @@ class FineTuningJobs(Resource):
         return self._drive(wait_for(lambda: Request("GET", self._path(job_id), surface="fine_tuning",
                                                     cast=FineTuningJob.from_dict),
                                     None, timeout, progress, f"fine-tuning job {job_id}",
-                                    status_of=job_status, failure=job_failure,
-                                    max_retries=self._runner.options.max_retries))
+                                    status_of=job_status, failure=job_failure))
 
     def plot_metrics(self, job_id: str) -> Any:
         """Draws the job's loss and metric curves over the steps with matplotlib (``pip install

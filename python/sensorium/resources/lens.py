@@ -189,8 +189,7 @@ class Sessions(Resource):
 
         session: LensSession = yield from wait_for(
             lambda: Request("GET", "/lens/sessions/info", query(session_id=session_id), cast=LensSession.from_dict),
-            None, timeout, False, f"lens session {session_id}", status_of=progress_word, failure=ended,
-            max_retries=self._runner.options.max_retries)
+            None, timeout, False, f"lens session {session_id}", status_of=progress_word, failure=ended)
         return session
 
     def stream(self, session_id: str, *, last_event_id: Optional[str] = None, heartbeats: bool = False) -> Any:
