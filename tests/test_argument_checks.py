@@ -131,3 +131,61 @@ def test_metadata_keys_that_are_not_text_are_refused_not_mangled(emu, client_kin
         run_on(client_kind, lambda c: c.query(REASONER, "x", query_metadata={"a\ud800": 1}),
                api_key=emu.api_key, base_url=emu.base_url)
     assert sent() == before
+
+
+SELF_CONTAINING = '''
+import asyncio, sys
+import sensorium
+from sensorium.errors import InvalidArgumentError
+from sensorium.testing import Emulator
+
+REASONER = "Reasoner::c2_4_7b_251215a172f6d7"
+looped = {"a": 1}
+looped["self"] = looped
+listed = []
+listed.append(listed)
+deep = []
+for _ in range(10_000):
+    deep = [deep]
+calls = {
+    "query_metadata": lambda c: c.query(REASONER, "x", query_metadata=looped),
+    "values": lambda c: c.agents.bundles.create("osm", name="x", values=looped),
+    "events": lambda c: c.query(REASONER, "x", events=[{"type": "data.numeric_array",
+                                                          "event_data": {"contents": listed}}]),
+    "deep": lambda c: c.query(REASONER, "x", query_metadata={"k": deep}),
+}
+with Emulator() as emu:
+    for kind in ("sync", "async"):
+        for name, call in calls.items():
+            client = emu.client() if kind == "sync" else emu.async_client()
+            try:
+                result = call(client)
+                if kind == "async":
+                    asyncio.run(result)
+                print(kind, name, "sent")
+            except InvalidArgumentError as e:
+                print(kind, name, e.argument, "|", e)
+    print("requests", len(emu.requests))
+'''
+
+
+def test_a_value_that_contains_itself_or_nests_too_deep_is_refused_not_a_crash(tmp_path):
+    """A dict or list that contains itself (or 10,000 levels of nesting) overflowed the native
+    stack while being turned into JSON: the interpreter died with SIGSEGV, no exception, no
+    finally. Run in a child process so that the old crash fails this test instead of pytest."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "self_containing.py"
+    script.write_text(SELF_CONTAINING)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "requests 0"
+    for kind in ("sync", "async"):
+        for name, argument, says in [("query_metadata", 'query_metadata["self"]', "contains itself"),
+                                     ("values", 'body["values"]', "contains itself"),
+                                     ("events", "events", "contains itself"),
+                                     ("deep", "query_metadata", "nests deeper than 256 levels")]:
+            line = next(line for line in lines if line.startswith(f"{kind} {name} "))
+            assert line.startswith(f"{kind} {name} {argument}") and says in line, line

@@ -122,3 +122,39 @@ def test_command_line_emulator(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_emulator_clients_ignore_addresses_left_in_the_environment(monkeypatch, client_kind):
+    """SENSORIUM_AGENTS_BASE_URL left in a developer's shell sent the emulator clients' agents
+    calls (with the emulator's key) to that other host, and the emulator saw none of them."""
+    import asyncio
+
+    from sensorium.testing import Emulator
+
+    monkeypatch.setenv("SENSORIUM_AGENTS_BASE_URL", "http://127.0.0.1:9/elsewhere")
+    with Emulator() as emu:
+        client = emu.client(max_retries=0) if client_kind == "sync" else emu.async_client(max_retries=0)
+        assert client.agents_base_url == emu.base_url
+        pager = client.agents.blueprints.list()
+        if client_kind == "sync":
+            list(pager)
+        else:
+            async def drain() -> None:
+                async for _ in pager:
+                    pass
+            asyncio.run(drain())
+        assert [r.path for r in emu.requests] == ["/v0.5/agents/blueprints"]
+
+
+def test_the_fixtures_keep_upload_records_out_of_the_users_cache(pytester, tmp_path, monkeypatch):
+    cache = tmp_path / "users-cache"
+    monkeypatch.setenv("SENSORIUM_CACHE_DIR", str(cache))
+    pytester.makepyfile(test_cache=f'''
+import os
+
+def test_cache(sensorium_client):
+    folder = os.environ["SENSORIUM_CACHE_DIR"]
+    assert folder != {str(cache)!r} and os.path.isdir(folder)
+''')
+    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)

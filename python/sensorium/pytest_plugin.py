@@ -22,8 +22,11 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-def sensorium_emulator() -> Iterator[Emulator]:
-    """A started emulator, stopped after the test."""
+def sensorium_emulator(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
+    """A started emulator, stopped after the test. For the test's duration the records that let
+    an interrupted upload resume are kept in a temporary folder (``SENSORIUM_CACHE_DIR``), not
+    in the user's cache, and no test resumes another's upload."""
+    monkeypatch.setenv("SENSORIUM_CACHE_DIR", str(tmp_path_factory.mktemp("sensorium-cache")))
     emu = Emulator()
     try:
         yield emu

@@ -184,17 +184,22 @@ class Emulator:
         """
         from sensorium import Client
 
-        kwargs.setdefault("api_key", self.api_key)
-        kwargs.setdefault("base_url", self.base_url)
-        return Client(**kwargs)
+        return Client(**self._bound(kwargs))
 
     def async_client(self, **kwargs: Any) -> "AsyncClient":
         """A :class:`sensorium.AsyncClient` bound to this emulator."""
         from sensorium import AsyncClient
 
-        kwargs.setdefault("api_key", self.api_key)
-        kwargs.setdefault("base_url", self.base_url)
-        return AsyncClient(**kwargs)
+        return AsyncClient(**self._bound(kwargs))
+
+    def _bound(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Client options that reach this emulator only: every address is given, so that none
+        comes from the environment (a ``SENSORIUM_AGENTS_BASE_URL`` left in a shell would send
+        the agents calls, with this emulator's key, to another host)."""
+        options.setdefault("api_key", self.api_key)
+        options.setdefault("base_url", self.base_url)
+        options.setdefault("agents_base_url", options["base_url"])
+        return options
 
     def new_api_key(
         self,

@@ -8,8 +8,60 @@ use serde_json::{Map, Number, Value};
 use super::interrupts::keep_copy;
 use crate::client::Error;
 
+/// How deep a value may nest. Each level is a native stack frame here, so without a limit a
+/// deep or self-containing value overflowed the stack and killed the interpreter; no platform
+/// body comes near it (serde_json, on the reading side, stops at 128).
+const MAX_DEPTH: usize = 256;
+
 /// Converts a Python value to JSON. `path` names it in errors (`query_metadata['a'][2]`).
 pub fn py_to_value(obj: &Bound<'_, PyAny>, path: &str) -> Result<Value, Error> {
+    to_value(obj, path, &mut Vec::new())
+}
+
+/// [`py_to_value`] below the containers in `within` (the dicts and lists that hold `obj`, outermost
+/// first), which catch a value that contains itself before the depth limit does.
+fn to_value(obj: &Bound<'_, PyAny>, path: &str, within: &mut Vec<*mut pyo3::ffi::PyObject>) -> Result<Value, Error> {
+    let container = obj.is_instance_of::<PyDict>() || obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>();
+    if !container {
+        return scalar_or_tolist(obj, path, within);
+    }
+    if within.contains(&obj.as_ptr()) {
+        return Err(Error::invalid_argument(path, "contains itself, which JSON cannot express"));
+    }
+    if within.len() >= MAX_DEPTH {
+        return Err(Error::invalid_argument(path, format!("nests deeper than {MAX_DEPTH} levels of dicts and lists")));
+    }
+    within.push(obj.as_ptr());
+    let value = container_value(obj, path, within);
+    within.pop();
+    value
+}
+
+fn container_value(obj: &Bound<'_, PyAny>, path: &str, within: &mut Vec<*mut pyo3::ffi::PyObject>) -> Result<Value, Error> {
+    if let Ok(d) = obj.cast::<PyDict>() {
+        let mut map = Map::with_capacity(d.len());
+        for (k, v) in d.iter() {
+            // to_str, not to_string: a key with a lone surrogate is refused, not sent as U+FFFD.
+            let key = k
+                .cast::<PyString>()
+                .map_err(|_| Error::invalid_argument(path, format!("has a key {} that is not a string", type_name(&k))))?
+                .to_str()
+                .map_err(|_| Error::invalid_argument(path, "has a key that is a string that is not valid UTF-8"))?
+                .to_string();
+            let child = format!("{path}[{key:?}]");
+            map.insert(key, to_value(&v, &child, within)?);
+        }
+        return Ok(Value::Object(map));
+    }
+    let mut items = Vec::new();
+    for (i, item) in obj.try_iter().map_err(|_| Error::invalid_argument(path, "cannot be iterated"))?.enumerate() {
+        let item = item.map_err(|e| Error::invalid_argument(path, e.to_string()))?;
+        items.push(to_value(&item, &format!("{path}[{i}]"), within)?);
+    }
+    Ok(Value::Array(items))
+}
+
+fn scalar_or_tolist(obj: &Bound<'_, PyAny>, path: &str, within: &mut Vec<*mut pyo3::ffi::PyObject>) -> Result<Value, Error> {
     if obj.is_none() {
         return Ok(Value::Null);
     }
@@ -34,33 +86,10 @@ pub fn py_to_value(obj: &Bound<'_, PyAny>, path: &str) -> Result<Value, Error> {
     if let Ok(f) = obj.cast::<PyFloat>() {
         return float(f.value(), path);
     }
-    if let Ok(d) = obj.cast::<PyDict>() {
-        let mut map = Map::with_capacity(d.len());
-        for (k, v) in d.iter() {
-            // to_str, not to_string: a key with a lone surrogate is refused, not sent as U+FFFD.
-            let key = k
-                .cast::<PyString>()
-                .map_err(|_| Error::invalid_argument(path, format!("has a key {} that is not a string", type_name(&k))))?
-                .to_str()
-                .map_err(|_| Error::invalid_argument(path, "has a key that is a string that is not valid UTF-8"))?
-                .to_string();
-            let child = format!("{path}[{key:?}]");
-            map.insert(key, py_to_value(&v, &child)?);
-        }
-        return Ok(Value::Object(map));
-    }
-    if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
-        let mut items = Vec::new();
-        for (i, item) in obj.try_iter().map_err(|_| Error::invalid_argument(path, "cannot be iterated"))?.enumerate() {
-            let item = item.map_err(|e| Error::invalid_argument(path, e.to_string()))?;
-            items.push(py_to_value(&item, &format!("{path}[{i}]"))?);
-        }
-        return Ok(Value::Array(items));
-    }
     // numpy scalars and arrays, and anything else that knows how to become a list or number.
     if has_tolist(obj) {
         match obj.call_method0("tolist") {
-            Ok(plain) if !plain.is(obj) && !has_tolist(&plain) => return py_to_value(&plain, path),
+            Ok(plain) if !plain.is(obj) && !has_tolist(&plain) => return to_value(&plain, path, within),
             Ok(_) => {}
             Err(err) => keep_copy(obj.py(), &err),
         }
