@@ -106,6 +106,24 @@ def test_paths_as_bytes_and_names_that_are_not_utf8(emu, client_kind, tmp_path, 
     assert sent() == before
 
 
+@pytest.mark.parametrize("operation, error, named", [
+    (lambda c: c.models.list(model_family=3), TypeError, "model_family"),
+    (lambda c: c.models.list(search=["omega", "x"]), TypeError, "search"),
+    (lambda c: c.models.list(variant=True), TypeError, "variant"),
+    (lambda c: c.models.list(scope=["all"]), TypeError, "scope"),
+    (lambda c: c.files.list(after=3), TypeError, "after"),
+    (lambda c: c.files.list(after=["x"]), TypeError, "after"),
+    (lambda c: c.files.list(after=""), InvalidArgumentError, "after"),
+])
+def test_list_filters_of_the_wrong_type_are_refused_not_sent(emu, client_kind, sent, operation, error, named):
+    """These went out as text (model_family=3, search=omega&search=x, variant=true, after=3),
+    giving a wrong list or a server 400, where other lists refuse them naming the argument."""
+    before = sent()
+    with pytest.raises(error, match=f"^{named}: "):
+        run_on(client_kind, operation, api_key=emu.api_key, base_url=emu.base_url)
+    assert sent() == before
+
+
 def test_normalize_input_takes_a_bool_not_anything_truthy(emu, client_kind, sent):
     before = sent()
     with pytest.raises(InvalidArgumentError, match="^normalize_input: "):

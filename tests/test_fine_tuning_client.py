@@ -194,7 +194,7 @@ def test_logs_follow_pages_answered_without_a_next_cursor(call):
         every = call(server.base_url, lambda c: c.fine_tuning.jobs.logs("ftj_1", limit=2))
         newer = call(server.base_url, lambda c: c.fine_tuning.jobs.logs("ftj_1", before="ev_1", limit=2))
     assert [e.id for e in every] == ["ev_5", "ev_4", "ev_3", "ev_2", "ev_1"]
-    assert sorted(e.id for e in newer) == ["ev_2", "ev_3", "ev_4", "ev_5"] and len(newer) == 4
+    assert [e.id for e in newer] == ["ev_2", "ev_3", "ev_4", "ev_5"]
     assert seen[1] == {"limit": ["2"], "after": ["ev_4"]} and seen[-1] == {"limit": ["2"], "before": ["ev_3"]}
 
 

@@ -135,7 +135,8 @@ def cursor_walk(after: Optional[str], before: Optional[str]) -> tuple[str, Optio
     """The ``(cursor_param, start)`` of a list that pages with ``after``/``before`` (exclusive,
     newest first in both directions). A list started with ``before`` keeps walking that way:
     each next page asks ``before=<next_cursor>``, which the platform gives as the newest item of
-    the page, so the walk reaches the newest item without skipping or repeating one. Sending the
+    the page, so the walk reaches the newest item without skipping or repeating one; its items
+    come oldest first, from the cursor outwards (see ``_CursorParam.page``). Sending the
     pager's usual ``after`` beside the fixed ``before`` was refused as exclusive (400)."""
     if after is not None and before is not None:
         raise InvalidArgumentError("before: after and before exclude each other", argument="before")
@@ -183,6 +184,12 @@ class _CursorParam:
     def page(self, raw: Any, request: ListRequest[T]) -> Page[T]:
         if request.item_cursors:
             raw = _item_cursor_page(raw, self.name)
+        if self.name == "before" and isinstance(raw, dict) and isinstance(raw.get("data"), list):
+            # Walking `before`, each page is the run of items just newer than the cursor, newest
+            # first, and the next page is newer still: read as sent, the walk zig-zags (k2 k1 k4
+            # k3 ...). Each page is turned round, so the walk goes from the cursor outwards,
+            # oldest first, in one order throughout (as Stripe's `ending_before` walks do).
+            raw = {**raw, "data": raw["data"][::-1]}
         if isinstance(raw, dict) and raw.get("next_param"):
             self.name = str(raw["next_param"])
         return Page.from_raw(raw, request.item)

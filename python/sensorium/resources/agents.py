@@ -260,7 +260,8 @@ class Blueprints(Resource):
     def list(self, *, key: Optional[str] = None, bundles_count: Optional[bool] = None, limit: Optional[int] = None,
              after: Optional[str] = None, before: Optional[str] = None) -> Any:
         """Every blueprint visible to you, newest first, fetched page by page; ``after`` starts
-        below (older than) a blueprint id, ``before`` lists those newer than it.
+        below (older than) a blueprint id, ``before`` lists those newer than it, oldest first
+        (from the id outwards).
 
         >>> [b.blueprint_key for b in client.agents.blueprints.list()]  # doctest: +SKIP
         """

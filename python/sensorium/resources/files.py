@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
 from .._endpoints import ListRequest, Native, Request, Resource, query, segment
-from .._arguments import StrPath, count, flag, local_path, utf8_text
+from .._arguments import StrPath, count, flag, local_path, text, utf8_text
 from .._progress import ProgressCallback
 from ..errors import InvalidArgumentError
 from ..types import FileRecord
@@ -173,7 +173,7 @@ class Files(Resource):
             raise InvalidArgumentError(f"limit: is {limit}; it takes 1 to 1000", argument="limit")
         params = query(file_type=_file_types(file_type), sort=_choice(sort, SORT_FIELDS, "sort"),
                        order=_choice(order, ORDERS, "order"), limit=limit)
-        return self._list(ListRequest("/files/metadata", FileRecord.from_dict, params, start=after))
+        return self._list(ListRequest("/files/metadata", FileRecord.from_dict, params, start=text(after, "after")))
 
     def metadata(self, file_id: str) -> Any:
         """One file's full metadata.

@@ -104,7 +104,8 @@ class FineTuningJobs(Resource):
              limit: Optional[int] = None, after: Optional[str] = None, before: Optional[str] = None) -> Any:
         """All events, worker events included, newest first, page by page. ``level`` matches
         exactly; ``q`` searches message and type; ``limit`` (the page size) is 1 to 100; ``after``
-        starts below (older than) an event id, ``before`` lists the events newer than it."""
+        starts below (older than) an event id, ``before`` lists the events newer than it, oldest
+        first (from the id outwards)."""
         direction, start = cursor_walk(after, before)
         params = query(level=string(level, "level"), q=string(q, "q"), limit=page_size(limit, most=MAX_LOGS_LIMIT))
         # The spec's answer is `{object, data, has_more}`: the events' ids are the cursors.

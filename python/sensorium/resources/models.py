@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from .._arguments import one_of, string
 from .._endpoints import ListRequest, Resource, query
-from ..errors import InvalidArgumentError
 from ..types import Model
 
 __all__ = ["Models", "AsyncModels"]
@@ -22,9 +22,8 @@ class Models(Resource):
              variant: Optional[str] = None) -> Any:
         """Iterates the models the organization may use. ``scope`` is platform, org or all; ``search``
         matches id, description, family and variant case-insensitively."""
-        if scope is not None and scope not in SCOPES:
-            raise InvalidArgumentError(f"scope: is {scope!r}; it takes one of {', '.join(SCOPES)}", argument="scope")
-        params = query(model_family=model_family, scope=scope, search=search, variant=variant)
+        params = query(model_family=string(model_family, "model_family"), scope=one_of(scope, SCOPES, "scope"),
+                       search=string(search, "search"), variant=string(variant, "variant"))
         return self._list(ListRequest("/models", Model.from_dict, params))
 
 
