@@ -171,3 +171,30 @@ def test_emulator_log_redacts_the_key(semu):
     for request in semu.requests:
         assert header(request, "authorization") == "Bearer <redacted>"
         assert SECRET not in repr(request)
+
+
+def test_answers_that_echo_the_key_do_not_carry_it(client_kind):
+    """sanitize_response=False returns the platform's raw record, whose internal fields include
+    the caller's api_key: it reached QueryResult.to_dict() and the result's pickle. The same for
+    any record a generic call returns."""
+    import json
+
+    from _fake_server import FakeServer, response
+    from _helpers import run_on
+
+    key = "sk-live-SECRET-abcdef0123456789"
+    record = {"query_id": "q1", "status": "completed", "response": {"response": ["ok"]}, "api_key": key}
+    models = {"data": [{"id": "Reasoner::x", "description": f"served for {key}"}], "has_more": False}
+
+    def script(head: bytes) -> list[bytes]:
+        body = record if head.startswith(b"POST") else models
+        return [response(200, json.dumps(body).encode())]
+
+    with FakeServer(script) as server:
+        options = {"api_key": key, "base_url": server.base_url, "max_retries": 0}
+        result = run_on(client_kind, lambda c: c.query(REASONER, "hi", sanitize_response=False), **options)
+        listed = run_on(client_kind, lambda c: c.models.list(), **options)
+    assert result.text == "ok" and result.to_dict()["api_key"] == "<redacted>"
+    for text in (json.dumps(result.to_dict()), repr(result), repr(listed), json.dumps([m.to_dict() for m in listed])):
+        assert key not in text
+    assert key.encode() not in pickle.dumps(result) and key.encode() not in pickle.dumps(listed)

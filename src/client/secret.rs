@@ -27,6 +27,29 @@ impl ApiKey {
         text.replace(&self.0, REDACTED)
     }
 
+    /// `body` with every occurrence of the key replaced, for answers that echo it (a raw query
+    /// record, a lens session record): what Python builds from them (records, `to_dict()`,
+    /// pickles) never holds it. An answer without the key, nearly all of them, is returned as
+    /// it is, after one SIMD scan (about 2 µs for an encoder's 67 kB answer).
+    pub fn redact_bytes(&self, body: bytes::Bytes) -> bytes::Bytes {
+        let key = self.0.as_bytes();
+        if key.len() < 4 || memchr::memmem::find(&body, key).is_none() {
+            return body;
+        }
+        let mut out = Vec::with_capacity(body.len());
+        let mut from = 0;
+        for at in memchr::memmem::find_iter(&body, key) {
+            if at < from {
+                continue; // overlaps the occurrence just replaced
+            }
+            out.extend_from_slice(&body[from..at]);
+            out.extend_from_slice(REDACTED.as_bytes());
+            from = at + key.len();
+        }
+        out.extend_from_slice(&body[from..]);
+        bytes::Bytes::from(out)
+    }
+
     /// `redact_in` over every string of a JSON value, keys included.
     pub fn redact_value(&self, value: &mut serde_json::Value) {
         use serde_json::Value;
@@ -70,5 +93,14 @@ mod tests {
         assert!(!format!("{key:?}").contains("secret"));
         assert!(!format!("{key}").contains("secret"));
         assert_eq!(key.redact_in("x sk-very-secret-123 y"), "x <redacted> y");
+    }
+
+    #[test]
+    fn bodies_lose_every_occurrence_of_the_key_and_others_are_untouched() {
+        let key = ApiKey::new("sk-aaa");
+        let body = bytes::Bytes::from_static(br#"{"api_key":"sk-aaa","b":"sk-aaask-aaa","c":"sk-aa"}"#);
+        assert_eq!(&key.redact_bytes(body)[..], br#"{"api_key":"<redacted>","b":"<redacted><redacted>","c":"sk-aa"}"#);
+        let plain = bytes::Bytes::from_static(b"[1,2,3]");
+        assert_eq!(key.redact_bytes(plain.clone()).as_ptr(), plain.as_ptr(), "no copy without the key");
     }
 }

@@ -341,9 +341,10 @@ impl Transport {
         Some(option.map_or(left, |option| option.min(left)))
     }
 
-    /// Reads a whole 2xx body under the stall timeout.
+    /// Reads a whole 2xx body under the stall timeout, with the key taken out of it should the
+    /// server have echoed it (error bodies are redacted in [`Transport::execute_paced`]).
     pub async fn body(&self, response: Response) -> Result<Bytes, Error> {
-        read_body(response, self.config.timeouts.read).await
+        Ok(self.config.api_key.redact_bytes(read_body(response, self.config.timeouts.read).await?))
     }
 
     /// `execute` with the body parsed as JSON into `T`.
