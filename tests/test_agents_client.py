@@ -158,7 +158,8 @@ def test_agents_base_url_moves_only_the_agents_routes(emu, monkeypatch):
             client.agents.instances.get("agt_1")
         client.models.list().first_page()
     monkeypatch.setenv("SENSORIUM_AGENTS_BASE_URL", root)
-    with emu.client() as from_env:
+    # A client of its own: the emulator's clients give every address, so none comes from the environment.
+    with sensorium.Client(api_key=emu.api_key, base_url=emu.base_url) as from_env:
         assert from_env.agents_base_url == root
     assert [r.path for r in emu.requests] == ["/agents/instances/agt_1", "/v0.5/models"]
 
