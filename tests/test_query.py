@@ -187,6 +187,23 @@ def test_reasoner_reads_text_and_json_files(client, tmp_path):
     assert "OSPREY_7" in text  # the stand-in reports a JSON file's top-level keys
 
 
+def test_file_ids_take_the_records_upload_returns(emu, client_kind, tmp_path):
+    """A FileRecord in file_ids was refused ("cannot be sent as JSON") although batch and agent
+    inputs take one; a non-string item is named by its index."""
+    from _helpers import run_on
+
+    (tmp_path / "notes.txt").write_text("The marker is PELICAN-42.")
+    options = {"api_key": emu.api_key, "base_url": emu.base_url}
+    record = run_on(client_kind, lambda c: c.files.upload(tmp_path / "notes.txt"), **options)
+    result = run_on(client_kind, lambda c: c.query(REASONER, "What markers?", file_ids=[record]), **options)
+    assert "PELICAN-42" in result.text
+    assert body_json(emu.requests[-1])["file_ids"] == ["notes.txt"]
+    sent = len(emu.requests)
+    with pytest.raises(InvalidArgumentError, match=r"^file_ids: .*file_ids\[1\] is an integer"):
+        run_on(client_kind, lambda c: c.query(REASONER, "hi", file_ids=["notes.txt", 1]), **options)
+    assert len(emu.requests) == sent
+
+
 def test_reasoner_cannot_see_csv_contents(client, tmp_path):
     (tmp_path / "readings.csv").write_text("sensor,value\nHERON-99,1\n")
     client.files.upload(tmp_path / "readings.csv")

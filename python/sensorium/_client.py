@@ -29,7 +29,7 @@ from .resources.fine_tuning import AsyncFineTuning, FineTuning
 from .resources.jobs import AsyncJobs, Jobs
 from .resources.lens import AsyncLensRuntime, LensRuntime, warn_deprecated
 from .errors import ConfigurationError
-from .types import Embeddings, QueryResult
+from .types import Embeddings, FileRecord, QueryResult
 
 if TYPE_CHECKING:
     import numpy as np
@@ -133,6 +133,15 @@ def _unpickle_client(cls: type[_BaseClient], config: dict[str, Any]) -> _BaseCli
     return cls(api_key=key, **config)
 
 
+def _query_fields(params: Any) -> Any:
+    """``query``'s fields as sent: a ``FileRecord`` in ``file_ids`` stands for its ``file_id``, as
+    it does in batch and agent inputs (everything else is checked by the core)."""
+    file_ids = params.get("file_ids")
+    if isinstance(file_ids, (list, tuple)) and any(isinstance(f, FileRecord) for f in file_ids):
+        params = {**params, "file_ids": [f.file_id if isinstance(f, FileRecord) else f for f in file_ids]}
+    return params
+
+
 def _embed_args(data: Any, normalize_input: bool) -> tuple[Any, bool]:
     # Not bool(): the string "false" is truthy and would ask the platform to normalise.
     return as_channels(data, "data"), flag(normalize_input, "normalize_input", optional=False) is True
@@ -200,7 +209,7 @@ class Client(_BaseClient):
         ...                  file_ids=["notes.txt"], max_new_tokens=64)
         >>> r.text                                                                          # doctest: +SKIP
         """
-        result: QueryResult = self._core.query(model, query, params, False)
+        result: QueryResult = self._core.query(model, query, _query_fields(params), False)
         return result
 
     def embed(self, model: str, data: Any, *, normalize_input: bool = False) -> Embeddings:
@@ -320,7 +329,7 @@ class AsyncClient(_BaseClient):
 
     async def query(self, model: str, query: str = "", **params: Unpack[QueryParams]) -> QueryResult:
         """See :meth:`Client.query`."""
-        result: QueryResult = await self._core.query(model, query, params, True)
+        result: QueryResult = await self._core.query(model, query, _query_fields(params), True)
         return result
 
     async def embed(self, model: str, data: Any, *, normalize_input: bool = False) -> Embeddings:

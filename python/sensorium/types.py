@@ -506,7 +506,7 @@ class QueryParams(TypedDict, total=False):
     instruction_prompt: str
     response_start_prompt: str
     template_name: str
-    file_ids: list[str]
+    file_ids: list[str | FileRecord]
     events: list[Any]
     max_new_tokens: int
     max_frames: int

@@ -124,6 +124,11 @@ fn check_kind(name: &str, kind: FieldKind, value: &Value) -> Result<(), Error> {
     if ok {
         return Ok(());
     }
+    if let (FieldKind::StringList, Some(items)) = (kind, value.as_array()) {
+        if let Some((i, item)) = items.iter().enumerate().find(|(_, item)| !item.is_string()) {
+            return Err(Error::invalid_argument(name, format!("must be a list of strings; {name}[{i}] is {}", json_type(item))));
+        }
+    }
     let expected = match kind {
         FieldKind::String => "a string",
         FieldKind::StringList => "a list of strings",
@@ -573,6 +578,7 @@ mod tests {
             (json!(["fil_123"]), "file_uid"),
             (json!(["notes"]), "no supported extension"),
             (json!(["a.txt", "b.parquet"]), "file_ids[1]"),
+            (json!(["a.txt", 1]), "file_ids[1] is an integer"),
         ] {
             let mut fields = Map::new();
             fields.insert("file_ids".into(), ids);
