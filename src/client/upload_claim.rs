@@ -146,7 +146,7 @@ mod tests {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         let held = runtime.block_on(lock_file(&path)).unwrap();
         // Another open file description of the same file: what another process would have.
-        let attempt = runtime.block_on(tokio::time::timeout(Duration::from_millis(250), lock_file(&path)));
+        let attempt = runtime.block_on(async { tokio::time::timeout(Duration::from_millis(250), lock_file(&path)).await });
         assert!(attempt.is_err());
         drop(held);
         assert!(runtime.block_on(lock_file(&path)).is_some());
