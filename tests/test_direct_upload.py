@@ -3,13 +3,19 @@ URLs and resume, seen through ``client.files.upload``."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
-from sensorium.errors import TransferError
+from sensorium.errors import ConflictError, TransferError
 from sensorium.testing import Emulator
 
 from _helpers import write
@@ -75,3 +81,100 @@ def test_interrupted_upload_resumes_with_missing_parts_only(emu: Emulator, tmp_p
     assert downloaded(emu, "big.bin") == digest
     # Only what was not checkpointed went again (parts 1 and 2 were, before part 3 failed).
     assert sorted(n for n, _ in part_puts(emu)) == [3, 4]
+
+
+# Two uploads of one file at once must not adopt, abort or join each other's upload: as with
+# the simple upload, one stores the file and the other gets the name's 409.
+
+
+def _one_stored_one_conflict(outcomes: list[Any]) -> None:
+    records = [o for o in outcomes if not isinstance(o, BaseException)]
+    conflicts = [o for o in outcomes if isinstance(o, ConflictError)]
+    assert len(records) == 1 and len(conflicts) == 1, outcomes
+    assert records[0].file_id == "twice.csv"
+
+
+def test_two_threads_uploading_one_file_directly(emu: Emulator, tmp_path: Path) -> None:
+    path, digest = write(tmp_path, "twice.csv", 10 * PART)
+    emu.inject_upload_part(1, delay=0.3, times=None)  # both are surely under way together
+    outcomes: list[Any] = []
+    start = threading.Barrier(2)
+    with emu.client() as client:
+
+        def upload() -> None:
+            start.wait()
+            try:
+                outcomes.append(client.files.upload(path, method="direct"))
+            except Exception as e:
+                outcomes.append(e)
+
+        threads = [threading.Thread(target=upload) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        _one_stored_one_conflict(outcomes)
+    assert downloaded(emu, "twice.csv") == digest
+
+
+def test_two_tasks_uploading_one_file_directly(emu: Emulator, tmp_path: Path) -> None:
+    path, digest = write(tmp_path, "twice.csv", 10 * PART)
+    emu.inject_upload_part(1, delay=0.3, times=None)
+
+    async def main() -> list[Any]:
+        async with emu.async_client() as client:
+            return list(await asyncio.gather(
+                client.files.upload(path, method="direct"),
+                client.files.upload(path, method="direct"),
+                return_exceptions=True,
+            ))
+
+    _one_stored_one_conflict(asyncio.run(main()))
+    assert downloaded(emu, "twice.csv") == digest
+
+
+def test_two_processes_uploading_one_file_directly(emu: Emulator, tmp_path: Path) -> None:
+    path, digest = write(tmp_path, "twice.csv", 10 * PART)
+    emu.inject_upload_part(1, delay=0.3, times=None)
+    child = textwrap.dedent(
+        """
+        import sys
+        import sensorium
+        from sensorium.errors import ConflictError
+        with sensorium.Client(base_url=sys.argv[1], api_key=sys.argv[2]) as client:
+            try:
+                client.files.upload(sys.argv[3], method="direct")
+                print("stored")
+            except ConflictError:
+                print("conflict")
+        """
+    )
+    runs = [
+        subprocess.Popen([sys.executable, "-c", child, emu.base_url, emu.api_key, str(path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        for _ in range(2)
+    ]
+    results = [run.communicate(timeout=120) for run in runs]
+    assert sorted(out.strip() for out, _ in results) == ["conflict", "stored"], results
+    assert downloaded(emu, "twice.csv") == digest
+
+
+def test_a_name_taken_while_the_parts_go_is_a_conflict_not_resumable(emu: Emulator, tmp_path: Path) -> None:
+    path, _ = write(tmp_path, "taken.csv", 2 * PART)
+    emu.inject_upload_part(2, delay=0.6)
+    other = b"another writer's rows\n"
+    taken: list[bool] = []
+    with emu.client() as client, emu.client() as writer:
+
+        def on_progress(done: int, total: int) -> None:
+            if not taken and done > 0:
+                writer.files.upload_base64("taken.csv", other)
+                taken.append(True)
+
+        with pytest.raises(ConflictError):
+            client.files.upload(path, method="direct", concurrency=1, on_progress=on_progress)
+        assert taken, "the progress callback never ran while part 2 was held"
+        # Nothing is left to resume: a new attempt meets the name's 409 again, not a resume.
+        with pytest.raises(ConflictError):
+            client.files.upload(path, method="direct")
+    assert downloaded(emu, "taken.csv") == hashlib.sha256(other).hexdigest()

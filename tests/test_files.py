@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import REASONER, calls
+from _helpers import REASONER, calls, run_on
 from sensorium import FileRecord, Page, SyncPager
 from sensorium.errors import (
     APIConnectionError,
@@ -109,6 +109,51 @@ def test_existing_name_is_a_conflict_and_not_retried(emu, client, tmp_path):
     assert err.status == 409 and err.code == "file_already_exists"
     assert len(calls(emu, "/files", "POST")) == 2
     assert client.files.metadata("dup.txt").num_bytes == len("first")
+
+
+# An upload whose first answer is lost (a reset, or a broken pipe after an early 409) is retried,
+# and the retry may meet a 409 for the name. Only content byte for byte the caller's is taken
+# as its own landed upload; anything else stays a conflict.
+SAME_SIZE_VERSIONS = {
+    "small": (b"day,value\n1,10\n", b"day,value\n1,99\n"),
+    # Past the download buffer and many chunks long; only the very last byte differs.
+    "5MB": (b"x" * (5 << 20) + b"A", b"x" * (5 << 20) + b"B"),
+}
+
+
+def _sender(how, path):
+    if how == "path":
+        return "/files", lambda c: c.files.upload(path)
+    return "/files/base64", lambda c: c.files.upload_base64(path.name, path.read_bytes())
+
+
+@pytest.mark.parametrize("how", ["path", "base64"])
+@pytest.mark.parametrize("size", sorted(SAME_SIZE_VERSIONS))
+def test_conflict_after_a_lost_response_with_other_content_is_a_conflict(emu, client, client_kind, tmp_path, how, size):
+    stored, edited = SAME_SIZE_VERSIONS[size]
+    path = make(tmp_path, "daily.csv", stored)
+    client.files.upload(path)
+    path.write_bytes(edited)
+    route, send = _sender(how, path)
+    emu.inject("POST", route, action="reset", times=1)
+    with pytest.raises(ConflictError) as info:
+        run_on(client_kind, send, base_url=emu.base_url, api_key=emu.api_key)
+    assert info.value.status == 409
+    assert client.files.download("daily.csv", tmp_path / "back.csv").read_bytes() == stored
+
+
+@pytest.mark.parametrize("how", ["path", "base64"])
+@pytest.mark.parametrize("size", sorted(SAME_SIZE_VERSIONS))
+def test_conflict_after_a_lost_response_of_our_own_upload_is_its_success(emu, client, client_kind, tmp_path, how, size):
+    content, _ = SAME_SIZE_VERSIONS[size]
+    path = make(tmp_path, "daily.csv", content)
+    route, send = _sender(how, path)
+    # The first attempt lands; its answer is cut off. The retry meets the landed file.
+    emu.inject("POST", route, action="truncate", times=1)
+    record = run_on(client_kind, send, base_url=emu.base_url, api_key=emu.api_key)
+    assert record.file_id == "daily.csv"
+    assert [r.status for r in calls(emu, route, "POST")] == [200, 409]
+    assert client.files.download("daily.csv", tmp_path / "back.csv").read_bytes() == content
 
 
 def test_missing_path_and_directory_are_rejected(emu, client, tmp_path):

@@ -32,7 +32,7 @@ from sensorium.errors import (
 )
 from sensorium.testing import Emulator, RecordedRequest
 
-from _helpers import write
+from _helpers import run_on, write
 
 PART = 1024 * 1024
 
@@ -441,6 +441,46 @@ async def test_async_progress_ends_exactly_at_total(emu: Emulator, tmp_path: Pat
     assert len(up.calls) >= 2 and up.calls[-1] == (size, size), up.calls
     assert [d for d, _ in up.calls] == sorted(d for d, _ in up.calls)
     assert down.calls[-1] == (size, size), down.calls
+
+
+class Refusal(Exception):
+    """What a progress callback raises to stop a transfer."""
+
+
+def refusing_callback() -> Any:
+    def on_progress(done: int, total: int) -> None:
+        if done > 0:
+            raise Refusal(f"stop at {done} of {total}")
+
+    return on_progress
+
+
+def test_progress_callback_raising_stops_the_upload(emu: Emulator, client_kind: str, tmp_path: Path) -> None:
+    path, _ = write(tmp_path, "stopped.bin", 4 * PART)
+    for part in range(1, 5):
+        emu.inject_upload_part(part, delay=0.4)
+    with pytest.raises(Refusal):
+        run_on(client_kind,
+               lambda c: c.files.upload(path, method="direct", concurrency=1, on_progress=refusing_callback()),
+               base_url=emu.base_url, api_key=emu.api_key)
+    assert not platform_calls(emu, "/complete")
+    with emu.client() as client:
+        assert [f.file_id for f in client.files.list()] == []
+
+
+def test_progress_callback_raising_stops_the_download(emu: Emulator, client_kind: str, tmp_path: Path) -> None:
+    path, _ = write(tmp_path, "held.txt", 64 * 1024)
+    with emu.client() as client:
+        client.files.upload(path)
+    # Half the body arrives, then nothing: the callback sees bytes and raises while the download
+    # waits for the rest (for the read timeout; then a retry would fetch it whole).
+    emu.inject("GET", "/files/download/held.txt", action="stall", times=1)
+    target = tmp_path / "out" / "held.txt"
+    target.parent.mkdir()
+    with pytest.raises(Refusal):
+        run_on(client_kind, lambda c: c.files.download("held.txt", target, on_progress=refusing_callback()),
+               base_url=emu.base_url, api_key=emu.api_key, read_timeout=2.0)
+    assert list(target.parent.iterdir()) == []
 
 
 def test_download_progress_reaches_exactly_the_file_size(emu: Emulator, tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Generator, Generic, Literal, Mapping, Optional, Protocol, TypeVar, Union
 from urllib.parse import quote
 
-from ._progress import ProgressCallback, reporting, reporting_async
+from ._progress import ProgressCallback, reporting, run_reported
 from ._secrets import redacted
 from .errors import APIResponseValidationError, InvalidArgumentError
 from .pagination import AsyncPager, Page, SyncPager
@@ -344,9 +344,8 @@ class AsyncRunner:
         function = getattr(self._core(), step.method)
         if step.report is None:
             return step.cast(await function(*step.args, True))
-        async with reporting_async(*step.report) as r:
-            # The asyncio loop polls progress itself, so no tick.
-            raw = await function(*step.args, r.handle, None, True)
+        # The asyncio loop polls progress itself, so no tick.
+        raw = await run_reported(*step.report, lambda handle: function(*step.args, handle, None, True))
         return step.cast(raw)
 
 

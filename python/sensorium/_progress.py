@@ -5,8 +5,8 @@ tqdm bar, fed from the byte counts the native core keeps. Callbacks run on the c
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager, contextmanager
-from typing import Any, AsyncIterator, Callable, Iterator, Optional
+from contextlib import contextmanager
+from typing import Any, Awaitable, Callable, Iterator, Optional, TypeVar
 
 from . import _core
 from .errors import InvalidArgumentError
@@ -14,6 +14,12 @@ from .errors import InvalidArgumentError
 ProgressCallback = Callable[[int, int], Any]
 
 TICK_SECONDS = 0.2
+# How long a cancelled transfer may take to stop before its caller's exception is raised anyway,
+# and how often that is checked (only on this rare path).
+SETTLE_SECONDS = 2.0
+SETTLE_POLL_SECONDS = 0.005
+
+T = TypeVar("T")
 
 
 class _Reporter:
@@ -83,26 +89,44 @@ def reporting(on_progress: Optional[ProgressCallback], bar: bool, description: s
         reporter.close()
 
 
-@asynccontextmanager
-async def reporting_async(
-    on_progress: Optional[ProgressCallback], bar: bool, description: str
-) -> AsyncIterator[_Reporter]:
-    """For async calls: a task on the running loop ticks while the transfer runs."""
+async def run_reported(
+    on_progress: Optional[ProgressCallback],
+    bar: bool,
+    description: str,
+    start: Callable[[_core.Progress], Awaitable[T]],
+) -> T:
+    """For async calls: awaits ``start(handle)`` (the native transfer, given the byte counts to
+    keep) while ticking the reporter on this loop. Ticks run in this coroutine, not in a task of
+    their own, so an exception from the callback is seen at once: the transfer is cancelled,
+    waited for until it has really stopped (nothing more is sent, registered or written), and the
+    callback's exception propagates, as on the blocking client."""
     reporter = _Reporter(on_progress, bar, description)
-
-    async def poll() -> None:
-        while True:
-            await asyncio.sleep(TICK_SECONDS)
-            reporter.tick()
-
-    poller = asyncio.ensure_future(poll()) if reporter.active else None
     try:
-        yield reporter
-        if poller is not None:
-            poller.cancel()
-            poller = None
-        reporter.tick()
+        transfer = asyncio.ensure_future(start(reporter.handle))
+        try:
+            while reporter.active and not transfer.done():
+                await asyncio.wait({transfer}, timeout=TICK_SECONDS)
+                if not transfer.done():
+                    reporter.tick()
+            result = await transfer
+        except BaseException:  # the callback's or the transfer's exception, or this call cancelled
+            await _stop(transfer, reporter.handle)
+            raise
+        reporter.tick()  # the final, exact count
+        return result
     finally:
-        if poller is not None:
-            poller.cancel()
         reporter.close()
+
+
+async def _stop(transfer: asyncio.Future[Any], handle: _core.Progress) -> None:
+    """Cancels ``transfer`` unless it has ended, and waits until the native side has dropped it
+    (it lets go of ``handle`` then), for at most ``SETTLE_SECONDS``."""
+    if transfer.done():
+        if not transfer.cancelled():
+            transfer.exception()  # retrieved: the exception being raised supersedes its outcome
+        return
+    transfer.cancel()
+    clock = asyncio.get_running_loop().time
+    deadline = clock() + SETTLE_SECONDS
+    while handle.busy and clock() < deadline:
+        await asyncio.sleep(SETTLE_POLL_SECONDS)

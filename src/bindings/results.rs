@@ -285,6 +285,14 @@ impl Progress {
         self.inner.snapshot().1
     }
 
+    /// Whether a transfer still holds these counters. A transfer holds them until its future
+    /// is dropped, finished or cancelled, so a caller that cancelled it can wait for this to turn
+    /// false to know that it has stopped (no request of it left, its partial files removed).
+    #[getter]
+    fn busy(&self) -> bool {
+        std::sync::Arc::strong_count(&self.inner) > 1
+    }
+
     fn __repr__(&self) -> String {
         let (done, total) = self.inner.snapshot();
         format!("Progress(done={done}, total={total})")

@@ -145,14 +145,14 @@ where
             }
             Err(RecvTimeoutError::Timeout) => {
                 if let Err(err) = py.check_signals() {
-                    task.abort();
+                    settle_aborted(py, &rt, task);
                     return Err(err);
                 }
                 if let Some(tick) = tick {
                     if last_tick.elapsed() >= TICK_INTERVAL {
                         last_tick = std::time::Instant::now();
                         if let Err(err) = tick.call0() {
-                            task.abort();
+                            settle_aborted(py, &rt, task);
                             return Err(err);
                         }
                     }
@@ -160,6 +160,21 @@ where
             }
         }
     }
+}
+
+/// How long an aborted call may take to be dropped before the caller gets its exception anyway.
+const SETTLE_LIMIT: Duration = Duration::from_secs(2);
+
+/// Aborts `task` and waits (GIL released, bounded) until its future is dropped: the call's
+/// exception then reaches Python only once the transfer has really stopped, its partial files
+/// removed and no further request of it to come.
+fn settle_aborted(py: Python<'_>, rt: &TokioRuntime, task: tokio::task::JoinHandle<()>) {
+    task.abort();
+    py.detach(|| {
+        rt.block_on(async {
+            let _ = tokio::time::timeout(SETTLE_LIMIT, task).await;
+        })
+    });
 }
 
 /// Turns `fut` into an asyncio future on the running loop. Cancelling it aborts the Rust task.

@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
 use super::error::{seconds, Error};
+use super::stored_content::{self, Local};
 use super::transport::{error_chain, Call, RequestBody, Transport};
 use super::upload::{self, DirectUploadOptions, ProgressShare, TransferProgress};
 use crate::wire::files::{mime_for_name, FileOpResponse, SIMPLE_UPLOAD_MAX_BYTES, SIMPLE_UPLOAD_TYPES};
@@ -160,9 +161,8 @@ pub async fn upload(
         streaming: true,
         ..Call::new(Method::POST, transport.config.url("/files"))
     };
-    let size = meta.len();
     let result = transport.json::<FileOpResponse>(&call).await;
-    resolve_lost_response(transport, result, &file_name_of(&call), size).await
+    resolve_lost_response(transport, result, &file_name_of(&call), meta.len(), Local::File(path)).await
 }
 
 fn file_name_of(call: &Call) -> String {
@@ -173,30 +173,44 @@ fn file_name_of(call: &Call) -> String {
 }
 
 /// An upload retried after its response was lost can meet its own earlier attempt as a 409:
-/// the file landed, the answer did not. Same name and same size: report the success it was.
-/// (Another writer storing the same name with the same size in that window would be taken
-/// for ours; the alternative, failing a successful upload, is worse.)
+/// the file landed, the answer did not. It is taken as ours only when the stored file holds
+/// byte for byte what we sent (size first, from the metadata, then the content, streamed;
+/// both only in this rare case). Another writer's file of the same size but other bytes stays
+/// the conflict it is; one with identical bytes cannot be told from ours, and reporting it as
+/// stored is true of what the platform holds. Anything that prevents the check (the file gone,
+/// a network failure) leaves the 409: success is never reported unverified.
 async fn resolve_lost_response(
     transport: &Transport,
     result: Result<FileOpResponse, Error>,
     file_id: &str,
     size: u64,
+    local: Local<'_>,
 ) -> Result<FileOpResponse, Error> {
-    match result {
-        Err(Error::Api(api)) if api.status == 409 && api.after_lost_response && !file_id.is_empty() => {
-            match metadata(transport, file_id).await {
-                Ok(record) if record.get("num_bytes").and_then(Value::as_u64) == Some(size) => {
-                    log::debug!("upload of {file_id}: 409 after a lost response; the stored file matches, taking it as ours");
-                    Ok(FileOpResponse {
-                        is_valid: true,
-                        file_id: file_id.to_string(),
-                        file_uid: record.get("file_uid").and_then(Value::as_str).map(str::to_string),
-                    })
-                }
-                _ => Err(Error::Api(api)),
-            }
+    let api = match result {
+        Err(Error::Api(api)) if api.status == 409 && api.after_lost_response && !file_id.is_empty() => api,
+        other => return other,
+    };
+    let record = match metadata(transport, file_id).await {
+        Ok(record) if record.get("num_bytes").and_then(Value::as_u64) == Some(size) => record,
+        _ => return Err(Error::Api(api)),
+    };
+    match stored_content::matches(transport, file_id, local).await {
+        Ok(true) => {
+            log::debug!("upload of {file_id}: 409 after a lost response; the stored file holds our bytes, taking it as ours");
+            Ok(FileOpResponse {
+                is_valid: true,
+                file_id: file_id.to_string(),
+                file_uid: record.get("file_uid").and_then(Value::as_str).map(str::to_string),
+            })
         }
-        other => other,
+        Ok(false) => {
+            log::debug!("upload of {file_id}: 409 after a lost response; the stored file holds other bytes");
+            Err(Error::Api(api))
+        }
+        Err(err) => {
+            log::debug!("upload of {file_id}: 409 after a lost response; could not compare the stored file ({err})");
+            Err(Error::Api(api))
+        }
     }
 }
 
@@ -216,7 +230,7 @@ pub async fn upload_base64(transport: &Transport, name: &str, data: &[u8], conte
         ..Call::new(Method::POST, transport.config.url("/files/base64"))
     };
     let result = transport.json::<FileOpResponse>(&call).await;
-    resolve_lost_response(transport, result, name, data.len() as u64).await
+    resolve_lost_response(transport, result, name, data.len() as u64, Local::Bytes(data)).await
 }
 
 fn check_name(file_id: &str, argument: &str) -> Result<(), Error> {
@@ -227,7 +241,7 @@ fn check_name(file_id: &str, argument: &str) -> Result<(), Error> {
 }
 
 /// The URL of `{prefix}/{file_id}` with the id percent-encoded as one path segment.
-fn file_url(transport: &Transport, prefix: &str, file_id: &str) -> Result<String, Error> {
+pub(crate) fn file_url(transport: &Transport, prefix: &str, file_id: &str) -> Result<String, Error> {
     check_name(file_id, "file_id")?;
     let mut url = url::Url::parse(&transport.config.url(prefix))
         .map_err(|e| Error::invalid_argument("base_url", e.to_string()))?;

@@ -12,6 +12,7 @@ pub mod retry;
 pub mod secret;
 pub mod transport;
 pub mod upload;
+pub mod upload_claim;
 
 pub use config::ClientConfig;
 pub use error::{ApiError, Error};
@@ -24,4 +25,5 @@ pub mod pagination;
 pub mod query;
 pub mod resume_state;
 pub mod sse;
+pub mod stored_content;
 pub mod websocket;

@@ -61,6 +61,11 @@ fn cache_dir() -> Option<PathBuf> {
         .or_else(|| from_env("HOME").map(|d| d.join(".cache").join("sensorium")))
 }
 
+/// Where the records of unfinished uploads (and their lock files) live.
+pub fn uploads_dir() -> Option<PathBuf> {
+    cache_dir().map(|d| d.join("uploads"))
+}
+
 impl ResumeState {
     pub fn new(base_url: &str, path: &Path) -> Self {
         let absolute = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
@@ -69,7 +74,7 @@ impl ResumeState {
         hasher.update([0]);
         hasher.update(absolute.to_string_lossy().as_bytes());
         let name: String = hasher.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
-        ResumeState { file: cache_dir().map(|d| d.join("uploads").join(format!("{name}.json"))) }
+        ResumeState { file: uploads_dir().map(|d| d.join(format!("{name}.json"))) }
     }
 
     pub fn load(&self) -> Option<ResumeRecord> {

@@ -13,7 +13,9 @@ use serde::Serialize;
 
 use super::error::Error;
 use super::resume_state::{Fingerprint, ResumeRecord, ResumeState};
+use super::stored_content::{self, Local};
 use super::transport::{read_body, Call, RequestBody, Transport};
+use super::upload_claim::UploadClaim;
 use crate::wire::files::mime_for_name;
 use crate::wire::uploads::{
     CompleteResponse, InitiateRequest, InitiateResponse, PartTarget, PartToken, PartUrlsRequest,
@@ -134,6 +136,11 @@ pub async fn upload_direct(
         .and_then(|n| n.to_str())
         .ok_or_else(|| Error::invalid_argument("path", format!("{} has no usable file name", path.display())))?
         .to_string();
+    // Held to the end: no other uploader of this name here reads or changes the resume record,
+    // adopts or discards the platform's unfinished upload, or sends parts meanwhile.
+    let _claim = UploadClaim::acquire(&transport.config.base_url(), &file_id).await;
+    // Read after the wait: an upload that held the claim may have changed the file or finished.
+    let meta = tokio::fs::metadata(path).await.map_err(|e| Error::io(path.display(), e))?;
     let num_bytes = meta.len();
     let fingerprint = Fingerprint::of(&meta);
     let state = ResumeState::new(&transport.config.base_url(), path);
@@ -207,9 +214,18 @@ async fn send_recorded(
         path: path.display().to_string(),
         fingerprint,
     });
+    let upload_id = started.upload_id.clone();
     let result = send_parts(transport, path, file_id, num_bytes, started, opts, progress).await;
     match &result {
         Ok(_) | Err(Error::Transfer { resumable: false, .. }) => state.remove(),
+        Err(Error::Api(api)) if api.status == 409 => {
+            // The name was taken (or the upload completed) meanwhile: nothing is left to resume.
+            // Our parts are of no use to anyone; best effort, as the 409 is what to report.
+            if let Err(err) = discard(transport, &upload_id).await {
+                log::debug!("could not abort upload {upload_id} after its 409: {err}");
+            }
+            state.remove();
+        }
         Err(_) => {}
     }
     result
@@ -238,12 +254,38 @@ async fn send_parts(
     let mut tokens = sent.map_err(|err| resumable_failure(&upload_id, path, err))?;
     tokens.sort_by_key(|t| t.part_number);
     let call = post_json(transport, &upload_path(&upload_id, "/complete")?, &PartsRequest { parts: tokens })?;
-    let complete: CompleteResponse = transport
-        .json(&call)
-        .await
-        .map_err(|err| resumable_failure(&upload_id, path, err))?;
+    let complete = match transport.json::<CompleteResponse>(&call).await {
+        Ok(complete) => complete,
+        Err(Error::Api(api)) if api.status == 409 && api.after_lost_response => {
+            completed_by_lost_response(transport, &file_id, path, num_bytes).await.ok_or(Error::Api(api))?
+        }
+        Err(err) => return Err(resumable_failure(&upload_id, path, err)),
+    };
     progress.done.store(num_bytes, Ordering::Relaxed);
     Ok(DirectUploadResult { file_id, complete })
+}
+
+/// A `complete` whose answer was lost and whose retry met a 409: our upload completed (the
+/// upload is claimed, so no one else here completes it) or another writer took the name
+/// meanwhile. As for the simple upload, the stored bytes decide; only ours are success.
+async fn completed_by_lost_response(transport: &Transport, file_id: &str, path: &Path, num_bytes: u64) -> Option<CompleteResponse> {
+    match stored_content::matches(transport, file_id, Local::File(path)).await {
+        Ok(true) => {
+            log::debug!("upload of {file_id}: complete met 409 after a lost response; the stored file holds our bytes");
+            Some(CompleteResponse {
+                file_uid: None,
+                file_name: Some(file_id.to_string()),
+                file_status: None,
+                num_bytes: Some(num_bytes),
+                extra: Default::default(),
+            })
+        }
+        Ok(false) => None,
+        Err(err) => {
+            log::debug!("upload of {file_id}: complete met 409 after a lost response; could not compare ({err})");
+            None
+        }
+    }
 }
 
 /// Sends every part, `concurrency` at a time. After the first failure no new part starts, but
@@ -459,6 +501,9 @@ fn resumable_failure(upload_id: &str, path: &Path, err: Error) -> Error {
     match err {
         // Wrong arguments and missing files are not transfer failures.
         Error::InvalidArgument { .. } | Error::Config(_) => err,
+        // A state conflict (the upload completed, the name taken): a resume would only meet it
+        // again. It stays the `ConflictError` it is.
+        Error::Api(ref api) if api.status == 409 => err,
         Error::Api(ref api) if api.status == 404 => Error::Transfer {
             message: format!(
                 "upload {upload_id} of {} is no longer known to the platform ({err}); upload the file again",
@@ -557,5 +602,6 @@ mod tests {
             resumable_failure("upl_9", Path::new("x"), api(404, "")),
             Error::Transfer { resumable: false, .. }
         ));
+        assert!(matches!(resumable_failure("upl_9", Path::new("x"), api(409, "")), Error::Api(a) if a.status == 409));
     }
 }
