@@ -287,3 +287,125 @@ def test_base64_upload_whose_response_was_lost_is_taken_as_ours(emu):
         record = client.files.upload_base64("notes.txt", b"stored on the first attempt")
         assert record.file_id == "notes.txt"
         assert [f.file_id for f in client.files.list()] == ["notes.txt"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Calls that are not safe to repeat. The platform has no idempotency keys: a POST that creates
+# something (a bundle, a run, a blueprint, a lens) and whose answer was lost may have been carried
+# out, so it is not sent again; failures that prove nothing was done are still retried.
+
+def _quick_start(emu):
+    with emu.client() as client:
+        return next(iter(client.agents.bundles.list(query="Quick Start")))
+
+
+def _doc(emu):
+    with emu.client() as client:
+        return client.agents.blueprints.get("osm").document
+
+
+LENS_PIPELINE = [{"processor_name": "lens_noop_processor", "processor_config": {}}]
+
+
+def _run(emu):
+    bundle_id = _quick_start(emu).id
+    return lambda c: c.agents.bundles.run(bundle_id, mode="serving")
+
+
+def _create_blueprint(emu):
+    document = _doc(emu)
+    return lambda c: c.agents.blueprints.create("k1", document=document)
+
+
+# name: (the route the fault is put on, the call under test, given the emulator)
+CREATES = {
+    "bundles.run": ("/agents/bundles/*", _run),
+    "bundles.create": ("/agents/bundles", lambda emu: lambda c: c.agents.bundles.create("osm", name="Line 3 monitor")),
+    "blueprints.create": ("/agents/blueprints", _create_blueprint),
+    "lens.register": ("/lens/register", lambda emu: lambda c: c.lens.register("echo", model_pipeline=LENS_PIPELINE)),
+}
+
+
+def _on(emu, kind, operation, **options):
+    from _helpers import run_on
+
+    return run_on(kind, operation, api_key=emu.api_key, base_url=emu.base_url, **options)
+
+
+def _posts(emu, route):
+    """The POSTs the emulator received on ``route`` (``*`` matches any id)."""
+    from fnmatch import fnmatchcase
+
+    return [r for r in emu.requests if r.method.upper() == "POST" and fnmatchcase(r.path.rstrip("/"), "*" + route)]
+
+
+@pytest.mark.parametrize("name", list(CREATES))
+@pytest.mark.parametrize("action", ["truncate", "reset"])
+def test_a_post_whose_answer_was_lost_is_not_sent_again(emu, client_kind, name, action):
+    route, create = CREATES[name]
+    operation = create(emu)
+    emu.inject("POST", route, action=action, times=1)
+    with pytest.raises(APIConnectionError) as info:
+        _on(emu, client_kind, operation, max_retries=2)
+    assert not isinstance(info.value, APITimeoutError)
+    assert info.value.may_have_been_processed is True
+    assert "may have been carried out" in str(info.value) and "not repeated" in str(info.value)
+    assert len(_posts(emu, route)) == 1, [r.path for r in _posts(emu, route)]
+
+
+def test_one_run_makes_one_agent_when_its_answer_is_cut(emu, client_kind):
+    """QA's repro: ``bundles.run`` whose answer was cut off made two agents from one call."""
+    run = _run(emu)
+    emu.inject("POST", "/agents/bundles/*", action="truncate", times=1)
+    with pytest.raises(APIConnectionError):
+        _on(emu, client_kind, run)
+    assert len(_on(emu, client_kind, lambda c: c.agents.instances.list())) == 1
+    create = _create_blueprint(emu)
+    emu.inject("POST", "/agents/blueprints", action="truncate", times=1)
+    with pytest.raises(APIConnectionError) as info:  # was ConflictError: its own blueprint
+        _on(emu, client_kind, create)
+    assert info.value.may_have_been_processed
+    assert _on(emu, client_kind, lambda c: c.agents.blueprints.get("k1")).blueprint_key == "k1"
+
+
+@pytest.mark.timeout(30)
+def test_a_post_that_timed_out_is_not_sent_again(emu, client_kind):
+    emu.inject("POST", "/agents/bundles", action="stall", times=1)
+    with pytest.raises(APITimeoutError) as info:
+        _on(emu, client_kind, CREATES["bundles.create"][1](emu), timeout=0.5, max_retries=2)
+    assert info.value.may_have_been_processed is True
+    assert len(_posts(emu, "/agents/bundles")) == 1
+
+
+@pytest.mark.parametrize("status", RETRYABLE)
+def test_a_post_answered_with_a_retryable_status_is_retried(emu, client_kind, status):
+    """The server answered, so nothing was done twice: the spec's rule applies to every call."""
+    emu.inject("POST", "/agents/bundles", status=status, retry_after=0.01, times=1)
+    bundle = _on(emu, client_kind, CREATES["bundles.create"][1](emu), max_retries=1)
+    assert [r.status for r in _posts(emu, "/agents/bundles")] == [status, 201]
+    mine = [b for b in _on(emu, client_kind, lambda c: c.agents.bundles.list()) if b.name == "Line 3 monitor"]
+    assert [b.id for b in mine] == [bundle.id]
+
+
+def test_calls_safe_to_repeat_are_still_retried_after_a_lost_answer(emu, client_kind):
+    """GET/DELETE, a cancel (a repeat meets 409 already-terminal) and an agent's query (a repeated
+    query changes nothing) are sent again."""
+    agent = _on(emu, client_kind, _run(emu))
+    emu.inject("GET", "/agents/bundles", action="reset", times=1)
+    assert _on(emu, client_kind, lambda c: c.agents.bundles.list())
+    emu.inject("POST", "/agents/instances/*/query", action="truncate", times=1)
+    assert _on(emu, client_kind, lambda c: c.agents.instances.query(agent.id, {"text": "status?"}))
+    emu.inject("POST", "/agents/instances/*/cancel", action="truncate", times=1)
+    canceled = _on(emu, client_kind, lambda c: c.agents.instances.cancel(agent.id, ok_if_terminal=True))
+    assert canceled.status == "canceled"
+    assert len(_posts(emu, "/agents/instances/*/query")) == 2
+    assert len(_posts(emu, "/agents/instances/*/cancel")) == 2
+
+
+def test_a_connection_error_on_a_call_safe_to_repeat_does_not_say_it_was_not_repeated(emu):
+    emu.inject("GET", "/models", action="reset", times=None)
+    with emu.client(max_retries=1) as client:
+        with pytest.raises(APIConnectionError) as info:
+            list(client.models.list())
+    assert info.value.may_have_been_processed is False
+    assert "not repeated" not in str(info.value)

@@ -88,6 +88,9 @@ class _BaseClient:
 
     @property
     def max_retries(self) -> int:
+        """Retries after a failed attempt: 429, 500, 502, 503, 504 and connection failures. A POST
+        that is not safe to repeat is retried only when nothing can have been done (those statuses,
+        a refused connection), never after its request may have reached the platform."""
         return self._options.max_retries
 
     def __repr__(self) -> str:
@@ -154,7 +157,10 @@ class Client(_BaseClient):
     URL may be given with or without its version path. ``agents_base_url`` (``SENSORIUM_AGENTS_BASE_URL``)
     is where ``/agents/...`` hangs when a deployment does not mount agents under the versioned base. ``timeout`` bounds one attempt (None: no
     limit), ``read_timeout`` a stall while streaming, and failed attempts (429, 5xx, connection
-    errors) are retried up to ``max_retries`` times with backoff.
+    errors) are retried up to ``max_retries`` times with backoff. A POST that creates something
+    (``bundles.run``, ``blueprints.create``, ``lens.register``...) is not sent again once it may have
+    reached the platform (a dropped connection after sending, a timeout, a cut answer): it raises
+    ``APIConnectionError`` with ``may_have_been_processed=True``, so check before calling again.
 
     >>> import sensorium
     >>> with sensorium.Client() as client:                              # doctest: +SKIP

@@ -46,7 +46,11 @@ class Request(Generic[T]):
     answer's JSON (``None`` for an empty answer). ``deadline`` (a ``time.monotonic()`` time) is
     when the call must be over, its retries and their pauses included: the core cuts attempts
     at it and raises ``WaitTimeoutError``, from the last failure, rather than retry past it
-    (``wait(timeout=...)``'s polls)."""
+    (``wait(timeout=...)``'s polls). ``repeatable`` marks a POST whose repeat is harmless (a cancel,
+    whose repeat meets 409 already-terminal; a query, which changes nothing): the core sends it
+    again when its answer is lost. Any other POST is not sent again once it may have reached the
+    server (the platform has no idempotency keys; the error's ``may_have_been_processed`` says
+    so); GET, PUT and DELETE are always repeatable."""
 
     method: str
     path: str
@@ -55,6 +59,7 @@ class Request(Generic[T]):
     surface: Surface = "api"
     cast: Callable[[Any], T] = _identity
     deadline: Optional[float] = None
+    repeatable: bool = False
 
 
 @dataclass(frozen=True)
@@ -234,7 +239,7 @@ class SyncRunner:
 
     def call(self, request: Request[T]) -> T:
         raw = self._core().request(request.method, request.surface, request.path, dict(request.query), request.body,
-                                   False, False, _within(request))
+                                   False, False, _within(request), request.repeatable)
         return request.cast(raw)
 
     def pager(self, request: ListRequest[T]) -> SyncPager[T]:
@@ -298,7 +303,7 @@ class AsyncRunner:
 
     async def call(self, request: Request[T]) -> T:
         raw = await self._core().request(request.method, request.surface, request.path, dict(request.query),
-                                         request.body, False, True, _within(request))
+                                         request.body, False, True, _within(request), request.repeatable)
         return request.cast(raw)
 
     def pager(self, request: ListRequest[T]) -> AsyncPager[T]:

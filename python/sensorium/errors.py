@@ -291,7 +291,18 @@ class GatewayTimeoutError(InternalServerError):
 
 
 class APIConnectionError(APIError):
-    """No answer: connection refused or reset, DNS or TLS failure, a body cut off."""
+    """No answer: connection refused or reset, DNS or TLS failure, a body cut off.
+
+    ``may_have_been_processed`` is True when the request may have reached the platform and was
+    not sent again because repeating it is not safe (a POST that creates something: a bundle, a
+    run, a blueprint, a lens...). The platform may have carried it out: check (list or get what it
+    would have made) before calling again. Calls that are safe to repeat (GET, PUT, DELETE, queries,
+    cancels, uploads) are retried instead, and then this is False.
+    """
+
+    def __init__(self, message: str, *, may_have_been_processed: bool = False) -> None:
+        super().__init__(message)
+        self.may_have_been_processed = may_have_been_processed
 
 
 class APITimeoutError(APIConnectionError):

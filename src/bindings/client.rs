@@ -176,8 +176,9 @@ impl CoreClient {
     /// One JSON call to any endpoint (`crate::client::endpoint`): the answer's JSON, or with
     /// `page` a normalised list page `{data, has_more, next_cursor}`. With `within`, the call
     /// (retries included) is over within that many seconds, or raises `WaitTimeoutError` from
-    /// its last failure.
-    #[pyo3(signature = (method, surface, path, query, body, page, asynchronous, within=None))]
+    /// its last failure. `repeatable` marks a POST safe to send again after its answer was lost
+    /// (GET, PUT, DELETE... are); any other POST is not (`Call::repeatable`).
+    #[pyo3(signature = (method, surface, path, query, body, page, asynchronous, within=None, repeatable=false))]
     #[allow(clippy::too_many_arguments)]
     fn request<'py>(
         &self,
@@ -190,6 +191,7 @@ impl CoreClient {
         page: bool,
         asynchronous: bool,
         within: Option<f64>,
+        repeatable: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         guard("request", || {
             let path = text(py, path, "path")?;
@@ -214,7 +216,7 @@ impl CoreClient {
                         return Err(Error::invalid_argument("within", format!("is {v}; it takes 0 or more seconds up to a year")))
                     }
                 };
-                Ok(JsonCall { method, surface: Surface::parse(surface)?, path, query, body, page, within })
+                Ok(JsonCall { method, surface: Surface::parse(surface)?, path, query, body, page, within, repeatable })
             };
             let req = build().map_err(|e| to_pyerr(py, e))?;
             runtime::run_unary(py, "request", asynchronous, self.transport(), |transport| async move {

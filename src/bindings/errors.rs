@@ -83,6 +83,14 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
             kwargs.set_item("upload_id", upload_id)?;
             errors.getattr("TransferError")?.call((message,), Some(&kwargs))?
         }
+        Error::NotRepeated { last, .. } => {
+            // The class of the failure (a connection error or a timeout), with the whole message
+            // and the flag that tells a caller to check before trying again.
+            let class = if matches!(*last, Error::Timeout { .. }) { "APITimeoutError" } else { "APIConnectionError" };
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("may_have_been_processed", true)?;
+            errors.getattr(class)?.call((message,), Some(&kwargs))?
+        }
         Error::DeadlinePassed { last } => {
             // The caller (wait) says what ran out; the failure that used the time is the cause.
             let exc = errors.getattr("WaitTimeoutError")?.call1((message,))?;

@@ -16,7 +16,7 @@ use super::config::FINE_TUNING_VERSION;
 use super::error::Error;
 use super::files::download_call;
 use super::pagination::normalize_page;
-use super::transport::{decode_json, Call, RequestBody, Transport};
+use super::transport::{decode_json, safe_to_repeat, Call, RequestBody, Transport};
 use super::upload::{ProgressShare, TransferProgress};
 
 /// Where a path is mounted.
@@ -63,6 +63,11 @@ pub struct JsonCall {
     pub page: bool,
     /// The whole call (retries included) ends within this long of its start.
     pub within: Option<std::time::Duration>,
+    /// The caller marks a POST safe to repeat (a cancel, whose repeat meets 409 already-terminal;
+    /// a query, which changes nothing). GET, PUT, DELETE... are whatever this says; any other
+    /// POST is not sent again once its request may have reached the server
+    /// ([`crate::client::transport::Call::repeatable`]).
+    pub repeatable: bool,
 }
 
 /// Query parameters as sent: booleans as lowercase `true`/`false` (the agents service answers 400
@@ -99,6 +104,7 @@ fn build(transport: &Transport, req: &JsonCall) -> Result<Call, Error> {
     let mut call = Call::new(req.method.clone(), format!("{}{}", req.surface.base(transport), req.path));
     call.query = query_pairs(&req.query)?;
     call.deadline = req.within.and_then(|within| tokio::time::Instant::now().checked_add(within));
+    call.repeatable = req.repeatable || safe_to_repeat(&req.method);
     if let Some(body) = &req.body {
         let bytes = serde_json::to_vec(body).map_err(|e| Error::invalid_argument("body", e.to_string()))?;
         call.body = RequestBody::Json(Bytes::from(bytes));

@@ -50,6 +50,15 @@ pub enum Error {
     /// with a retryable error, and its next attempt would have started past the deadline.
     #[error("gave up at the deadline after: {last}")]
     DeadlinePassed { last: Box<Error> },
+    /// A call that is not safe to repeat ([`crate::client::transport::Call::repeatable`], a POST
+    /// that creates something) lost its answer after the request may have reached the server (a
+    /// connection error once sent, a timeout, a cut body), so it was not sent again: the server may
+    /// have carried it out. `last` is the failure (a `Connection` or a `Timeout`).
+    #[error(
+        "{last}. The request may have been carried out, and was not repeated: this {method} is not safe to \
+         repeat (it could be done twice), so check whether it took effect before trying again"
+    )]
+    NotRepeated { last: Box<Error>, method: String },
 }
 
 impl Error {
@@ -61,7 +70,8 @@ impl Error {
         Error::Io { path: path.to_string(), source }
     }
 
-    /// Whether the retry rule allows another attempt after this error.
+    /// Whether the retry rule allows another attempt after this error, for a call that is safe
+    /// to repeat (the transport asks more of one that is not: see `Call::repeatable`).
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Api(api) => api.is_retryable(),
@@ -104,6 +114,7 @@ impl Error {
                 Error::Transfer { message: text(message), resumable, upload_id }
             }
             Error::DeadlinePassed { last } => Error::DeadlinePassed { last: Box::new(last.redacted(key)) },
+            Error::NotRepeated { last, method } => Error::NotRepeated { last: Box::new(last.redacted(key)), method },
             other @ (Error::InvalidArgument { .. } | Error::Config(_) | Error::Io { .. }) => other,
         }
     }

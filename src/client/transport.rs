@@ -61,6 +61,37 @@ pub struct Call {
     /// ([`Error::DeadlinePassed`]). Each attempt still gets [`MIN_ATTEMPT`], so a call whose
     /// deadline has already come still looks once.
     pub deadline: Option<tokio::time::Instant>,
+    /// Whether sending this call again is harmless. The platform has no idempotency keys, so a
+    /// call that is not (a POST that creates something) is not sent again after a failure that
+    /// may have reached the server (a connection error once the request may have been written, a
+    /// timeout, a body cut off): that failure comes back as [`Error::NotRepeated`]. Failures that
+    /// prove nothing was done are retried for every call: a connect-phase error (refused, DNS,
+    /// TLS), and the statuses of the retry rule (the server answered). `Call::new` leaves it
+    /// `true`: the dedicated paths are safe to repeat by design (`/query` and embeddings change
+    /// nothing; uploads settle a repeat's 409 themselves, and their parts are PUTs). Calls
+    /// described per endpoint ([`crate::client::endpoint::JsonCall`]) set it from
+    /// [`safe_to_repeat`] and their caller's mark.
+    pub repeatable: bool,
+}
+
+/// Whether HTTP says a request of `method` may be sent again: GET, HEAD, PUT, DELETE, OPTIONS
+/// and TRACE are idempotent; POST (and PATCH) are not unless their endpoint says so.
+pub fn safe_to_repeat(method: &Method) -> bool {
+    [Method::GET, Method::HEAD, Method::PUT, Method::DELETE, Method::OPTIONS, Method::TRACE].contains(method)
+}
+
+/// A failed attempt, and whether it failed before any of the request could reach the server
+/// (an argument or file refused before sending, or reqwest's connect phase: refused, DNS, TLS).
+struct Failed {
+    error: Error,
+    unsent: bool,
+}
+
+impl From<Error> for Failed {
+    /// The failures of building a request, before anything is sent.
+    fn from(error: Error) -> Self {
+        Failed { error, unsent: true }
+    }
 }
 
 /// The least time an attempt gets under a call's deadline.
@@ -78,6 +109,7 @@ impl Call {
             headers: Vec::new(),
             parsed_url: None,
             deadline: None,
+            repeatable: true,
         }
     }
 
@@ -261,20 +293,20 @@ impl Transport {
                 pacer.admit(attempt > 1).await;
             }
             log::debug!("{} {} attempt {}", call.method, call.url, attempt);
-            let outcome = match self.send_once(call, attempt).await {
-                Ok(response) => read(response).await,
-                Err(Error::Api(mut api)) => {
+            let (outcome, sent) = match self.attempt(call, attempt).await {
+                Ok(response) => (read(response).await, true),
+                Err(Failed { error: Error::Api(mut api), .. }) => {
                     api.attempt = attempt;
                     api.after_lost_response = lost_response;
-                    Err(Error::Api(api))
+                    (Err(Error::Api(api)), true)
                 }
-                Err(err) => Err(err),
+                Err(Failed { error, unsent }) => (Err(error), !unsent),
             };
             // Before anything logs or returns it: the server may have echoed the key.
             let outcome = outcome.map_err(|err| err.redacted(&self.config.api_key));
-            if matches!(outcome, Err(Error::Connection { .. } | Error::Timeout { .. })) {
-                lost_response = true;
-            }
+            // No answer to a request that may have reached the server: it may have been acted on.
+            let lost = sent && matches!(outcome, Err(Error::Connection { .. } | Error::Timeout { .. }));
+            lost_response |= lost;
             if let Some(pacer) = pacer {
                 match &outcome {
                     Ok(_) => pacer.succeeded(),
@@ -286,6 +318,17 @@ impl Transport {
             }
             match outcome {
                 Ok(value) => return Ok(value),
+                Err(err) if lost && !call.repeatable => {
+                    log::debug!(
+                        "{} {} attempt {} failed ({}); the server may have acted on it and the call is not safe to \
+                         repeat, so it is not retried",
+                        call.method,
+                        call.url,
+                        attempt,
+                        err
+                    );
+                    return Err(Error::NotRepeated { last: Box::new(err), method: call.method.to_string() });
+                }
                 Err(err) if err.is_retryable() && attempt <= policy.max_retries => {
                     let delay = policy.delay(attempt, err.retry_after());
                     if call.deadline.is_some_and(|deadline| tokio::time::Instant::now() + delay >= deadline) {
@@ -360,6 +403,11 @@ impl Transport {
     /// One attempt, no retries: for callers that run their own attempt loop (upload parts,
     /// which refresh expired URLs between attempts).
     pub async fn send_once(&self, call: &Call, attempt: u32) -> Result<Response, Error> {
+        self.attempt(call, attempt).await.map_err(|failed| failed.error)
+    }
+
+    /// `send_once`, saying whether a failure came before anything could reach the server.
+    async fn attempt(&self, call: &Call, attempt: u32) -> Result<Response, Failed> {
         let cfg = &self.config;
         let activity = Activity::new();
         let request = match &call.parsed_url {
@@ -420,24 +468,27 @@ impl Transport {
             tokio::select! {
                 result = request.send() => result,
                 _ = activity.stalled(stall) => {
-                    return Err(Error::Timeout {
+                    let error = Error::Timeout {
                         message: format!(
                             "{} {}: no progress for {} (read_timeout)",
                             call.method,
                             call.url,
                             seconds(stall)
                         ),
-                    })
+                    };
+                    return Err(Failed { error, unsent: false });
                 }
             }
         } else {
             request.send().await
         };
-        let response = sent.map_err(|e| self.send_error(call, e))?;
+        // reqwest's connect phase (refused, DNS, TLS, connect timeout) ends before the request is
+        // written, so the server cannot have acted on it.
+        let response = sent.map_err(|e| Failed { unsent: e.is_connect(), error: self.send_error(call, e) })?;
         if response.status().is_success() {
             return Ok(response);
         }
-        Err(Error::Api(Box::new(self.api_error(call, response).await)))
+        Err(Failed { error: Error::Api(Box::new(self.api_error(call, response).await)), unsent: false })
     }
 
     fn headers(&self, attempt: u32, authenticated: bool) -> Result<HeaderMap, Error> {
@@ -714,6 +765,16 @@ mod tests {
     }
 
     async fn fixed_server(answer: Option<&'static [u8]>) -> FixedServer {
+        serve(answer, false).await
+    }
+
+    /// `fixed_server`, closing each connection once it has written `answer` (or, when `None`,
+    /// as soon as it has read a request): the answer to every request is lost or cut.
+    async fn closing_server(answer: Option<&'static [u8]>) -> FixedServer {
+        serve(answer, true).await
+    }
+
+    async fn serve(answer: Option<&'static [u8]>, close: bool) -> FixedServer {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -734,6 +795,9 @@ mod tests {
                                 Some(answer) if socket.write_all(answer).await.is_ok() => {}
                                 Some(_) => return,
                                 None => {}
+                            }
+                            if close {
+                                return;
                             }
                         }
                     }
@@ -794,6 +858,98 @@ mod tests {
         let result = transport.json::<serde_json::Value>(&Call::get(transport.config.url("/models"))).await;
         assert!(matches!(result, Err(Error::Api(api)) if api.status == 503));
         assert_eq!(requests.load(Ordering::SeqCst), 11);
+    }
+
+    fn transport_to(base: &str, max_retries: u32) -> Transport {
+        let mut config = ClientConfig::resolve(Some("sk-test".into()), Some(base.to_string()), |_| None).unwrap();
+        config.retry.max_retries = max_retries;
+        config.retry.initial_delay = Duration::from_millis(1);
+        config.timeouts.total = Some(Duration::from_millis(500));
+        Transport::new(config).unwrap()
+    }
+
+    /// A POST that creates something, as the generic endpoint path describes it.
+    fn create(transport: &Transport) -> Call {
+        let mut call = Call::post_json(transport.config.url("/agents/bundles"), Bytes::from_static(b"{}"));
+        call.repeatable = safe_to_repeat(&call.method);
+        call
+    }
+
+    #[test]
+    fn only_posts_are_unsafe_to_repeat() {
+        for method in [Method::GET, Method::HEAD, Method::PUT, Method::DELETE, Method::OPTIONS] {
+            assert!(safe_to_repeat(&method), "{method}");
+        }
+        assert!(!safe_to_repeat(&Method::POST) && !safe_to_repeat(&Method::PATCH));
+    }
+
+    #[tokio::test]
+    async fn a_call_not_safe_to_repeat_is_not_sent_again_once_it_may_have_reached_the_server() {
+        let not_repeated = |result: Result<serde_json::Value, Error>| match result {
+            Err(Error::NotRepeated { last, method }) => {
+                assert_eq!(method, "POST");
+                *last
+            }
+            other => panic!("expected NotRepeated, got {other:?}"),
+        };
+        // The request is read, then the connection closes without an answer.
+        let FixedServer { base, requests, .. } = closing_server(None).await;
+        let transport = transport_to(&base, 3);
+        let last = not_repeated(transport.json(&create(&transport)).await);
+        assert!(matches!(last, Error::Connection { .. }), "{last:?}");
+        assert_eq!(requests.load(Ordering::SeqCst), 1);
+
+        // The server acted and its answer was cut off mid-body.
+        let cut = b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: 40\r\n\r\n{\"id\": \"bnd_";
+        let FixedServer { base, requests, .. } = closing_server(Some(cut)).await;
+        let transport = transport_to(&base, 3);
+        let err = transport.json::<serde_json::Value>(&create(&transport)).await.unwrap_err();
+        assert!(err.to_string().contains("may have been carried out"), "{err}");
+        assert!(matches!(not_repeated(Err(err)), Error::Connection { .. }));
+        assert_eq!(requests.load(Ordering::SeqCst), 1);
+
+        // No answer before the attempt's timeout.
+        let FixedServer { base, requests, .. } = fixed_server(None).await;
+        let transport = transport_to(&base, 3);
+        let last = not_repeated(transport.json(&create(&transport)).await);
+        assert!(matches!(last, Error::Timeout { .. }), "{last:?}");
+        assert_eq!(requests.load(Ordering::SeqCst), 1);
+
+        // The same call marked safe to repeat is retried as before.
+        let FixedServer { base, requests, .. } = closing_server(None).await;
+        let transport = transport_to(&base, 3);
+        let call = Call { repeatable: true, ..create(&transport) };
+        let result = transport.json::<serde_json::Value>(&call).await;
+        assert!(matches!(result, Err(Error::Connection { .. })), "{result:?}");
+        assert_eq!(requests.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn a_call_not_safe_to_repeat_is_retried_when_nothing_was_done() {
+        // The server answered with a status of the retry rule: it says what it did (nothing).
+        let FixedServer { base, requests, .. } =
+            fixed_server(Some(b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 0\r\ncontent-length: 0\r\n\r\n")).await;
+        let transport = transport_to(&base, 2);
+        let result = transport.json::<serde_json::Value>(&create(&transport)).await;
+        assert!(matches!(result, Err(Error::Api(api)) if api.status == 503));
+        assert_eq!(requests.load(Ordering::SeqCst), 3);
+
+        // A failure of the connect phase (here the TLS handshake, which this server cannot do)
+        // comes before the request is written.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(AtomicU64::new(0));
+        let accepted = connections.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                drop(socket);
+            }
+        });
+        let transport = transport_to(&format!("https://127.0.0.1:{port}/v0.5"), 2);
+        let result = transport.json::<serde_json::Value>(&create(&transport)).await;
+        assert!(matches!(&result, Err(Error::Connection { .. })), "{result:?}");
+        assert_eq!(connections.load(Ordering::SeqCst), 3, "{result:?}");
     }
 
     #[tokio::test]

@@ -399,7 +399,9 @@ class Instances(Resource):
 
     def _cancel(self, agent_id: str, ok_if_terminal: bool) -> Operation[Agent]:
         try:
-            agent: Agent = yield Request("POST", self._path(agent_id, "/cancel"), surface="agents", cast=Agent.from_dict)
+            # Safe to repeat (as every cancel here): a repeat meets 409 already-terminal.
+            agent: Agent = yield Request("POST", self._path(agent_id, "/cancel"), surface="agents", cast=Agent.from_dict,
+                                         repeatable=True)
             return agent
         except ConflictError:
             if not ok_if_terminal:
@@ -440,7 +442,8 @@ class Instances(Resource):
             channels = as_channels(data, "data")
             body = {"type": "data.numeric_array", "event_data": {"contents": channels.reshape(
                 (1, -1) if channels.ndim == 1 else channels.shape).tolist()}}
-        return self._call(Request("POST", self._path(agent_id, "/query"), body=body, surface="agents"))
+        # A repeated query changes nothing, so a lost answer is asked for again.
+        return self._call(Request("POST", self._path(agent_id, "/query"), body=body, surface="agents", repeatable=True))
 
     def _recent_logs(self, agent_id: str) -> Request[list[AgentLog]]:
         # One page of the newest lines is enough: the terminal event is the newest row.
@@ -512,7 +515,8 @@ class Evals(Resource):
 
     def cancel(self, eval_id: str) -> Any:
         """Cancels a running evaluation."""
-        return self._call(Request("POST", self._path(eval_id, "/cancel"), surface="agents", cast=Eval.from_dict))
+        return self._call(Request("POST", self._path(eval_id, "/cancel"), surface="agents", cast=Eval.from_dict,
+                                  repeatable=True))
 
     def examples(self, eval_id: str) -> Any:
         """The evaluation's examples (with their results once done), page by page."""
@@ -572,7 +576,7 @@ class Optimizations(Resource):
     def cancel(self, optimization_id: str) -> Any:
         """Cancels a running optimization."""
         return self._call(Request("POST", self._path(optimization_id, "/cancel"), surface="agents",
-                                  cast=Optimization.from_dict))
+                                  cast=Optimization.from_dict, repeatable=True))
 
     def trials(self, optimization_id: str) -> Any:
         """The optimization's trials, page by page."""

@@ -124,7 +124,9 @@ class Jobs(Resource):
 
     def _cancel(self, job_id: str, ok_if_terminal: bool) -> Operation[BatchJob]:
         try:
-            answer: BatchJob = yield Request("POST", self._path(job_id, "/cancel"), cast=BatchJob.from_dict)
+            # Safe to repeat: a repeat meets 409 already-terminal.
+            answer: BatchJob = yield Request("POST", self._path(job_id, "/cancel"), cast=BatchJob.from_dict,
+                                             repeatable=True)
             return answer
         except ConflictError:
             if not ok_if_terminal:

@@ -138,7 +138,8 @@ class Files(Resource):
         >>> client.files.abort_upload("upl_123")  # doctest: +SKIP
         """
         path = f"/files/uploads/{segment(upload_id, 'upload_id')}/abort"
-        return self._call(Request("POST", path, cast=lambda _: None))
+        # Discarding twice discards nothing more (the core's own abort is retried the same way).
+        return self._call(Request("POST", path, cast=lambda _: None, repeatable=True))
 
     def upload_base64(
         self, name: str, data: bytes | bytearray | memoryview | str, *, content_type: str | None = None

@@ -79,7 +79,7 @@ class FineTuningJobs(Resource):
     def cancel(self, job_id: str) -> Any:
         """Cancels a job (``CANCELLED``, not resumable); an invalid move is ``invalid_state_transition``."""
         return self._call(Request("POST", self._path(job_id, "/cancel"), surface="fine_tuning",
-                                  cast=FineTuningJob.from_dict))
+                                  cast=FineTuningJob.from_dict, repeatable=True))
 
     def pause(self, job_id: str) -> Any:
         """Pauses a job gracefully: ``PAUSED`` may follow a moment later."""
