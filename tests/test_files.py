@@ -179,7 +179,7 @@ def test_upload_base64_from_bytes_and_base64_text(client, tmp_path):
 def test_upload_base64_rejects_bad_input(emu, client):
     with pytest.raises(InvalidArgumentError, match="base64"):
         client.files.upload_base64("x.txt", "this is not base64!!")
-    with pytest.raises(InvalidArgumentError):
+    with pytest.raises(TypeError, match="data"):
         client.files.upload_base64("x.txt", 12345)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
         client.files.upload_base64("dir/x.txt", b"x")

@@ -156,7 +156,9 @@ class Client(_BaseClient):
     ``api_key`` and ``base_url`` default to ``SENSORIUM_API_KEY`` and ``SENSORIUM_BASE_URL``; the base
     URL may be given with or without its version path. ``agents_base_url`` (``SENSORIUM_AGENTS_BASE_URL``)
     is where ``/agents/...`` hangs when a deployment does not mount agents under the versioned base. ``timeout`` bounds one attempt (None: no
-    limit), ``read_timeout`` a stall while streaming, and failed attempts (429, 5xx, connection
+    limit; for a transfer, such as ``files.upload`` or ``files.download``, only the wait for the
+    answer once the request is sent, since the transfer itself may take longer while bytes move),
+    ``read_timeout`` a stall while streaming, and failed attempts (429, 5xx, connection
     errors) are retried up to ``max_retries`` times with backoff. A POST that creates something
     (``bundles.run``, ``blueprints.create``, ``lens.register``...) is not sent again once it may have
     reached the platform (a dropped connection after sending, a timeout, a cut answer): it raises

@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
 use super::error::{seconds, Error};
+use super::path_segment::path_segment;
 use super::stored_content::{self, Local};
 use super::transport::{error_chain, Call, RequestBody, Transport};
 use super::upload::{self, DirectUploadOptions, ProgressShare, TransferProgress};
@@ -99,6 +100,8 @@ pub async fn upload_file(
     }
     let meta = tokio::fs::metadata(path).await.map_err(|e| Error::io(path.display(), e))?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    // Refused on every method, so whether a name can be uploaded never depends on the size.
+    check_sendable(name, "path")?;
     let is_jsonl = mime_for_name(name) == Some(JSONL_TYPE);
     let direct = match opts.method {
         UploadMethod::Direct => true,
@@ -136,6 +139,7 @@ pub async fn upload(
         .and_then(|n| n.to_str())
         .ok_or_else(|| Error::invalid_argument("path", format!("{} has no usable file name", path.display())))?
         .to_string();
+    check_sendable(&file_name, "path")?;
     let mime = upload_type(&file_name, content_type, "path")?;
     if meta.len() > SIMPLE_UPLOAD_MAX_BYTES {
         return Err(Error::invalid_argument(
@@ -218,6 +222,7 @@ async fn resolve_lost_response(
 /// base64 text as the part's content). `data` is the raw content; it is encoded here.
 pub async fn upload_base64(transport: &Transport, name: &str, data: &[u8], content_type: Option<&str>) -> Result<FileOpResponse, Error> {
     check_name(name, "name")?;
+    check_sendable(name, "name")?;
     let mime = upload_type(name, content_type, "name")?;
     let encoded = base64::engine::general_purpose::STANDARD.encode(data);
     let call = Call {
@@ -240,15 +245,23 @@ fn check_name(file_id: &str, argument: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Refuses a name that cannot go into a multipart part header as sent: CR or LF would end the
+/// header line there (reqwest writes them raw), and the other control characters but tab are
+/// not allowed in a header. The spec allows none of them in a file name.
+fn check_sendable(name: &str, argument: &str) -> Result<(), Error> {
+    match name.chars().find(|&c| c.is_ascii_control() && c != '\t') {
+        Some(c) => Err(Error::invalid_argument(
+            argument,
+            format!("{name:?} contains a control character ({c:?}), which an uploaded file's name cannot hold; rename it"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The URL of `{prefix}/{file_id}` with the id percent-encoded as one path segment.
 pub(crate) fn file_url(transport: &Transport, prefix: &str, file_id: &str) -> Result<String, Error> {
     check_name(file_id, "file_id")?;
-    let mut url = url::Url::parse(&transport.config.url(prefix))
-        .map_err(|e| Error::invalid_argument("base_url", e.to_string()))?;
-    url.path_segments_mut()
-        .map_err(|_| Error::invalid_argument("base_url", "cannot hold a path"))?
-        .push(file_id);
-    Ok(url.to_string())
+    Ok(format!("{}/{}", transport.config.url(prefix), path_segment(file_id, "file_id")?))
 }
 
 /// One file's metadata (used to recognise an upload whose answer was lost).
@@ -281,18 +294,30 @@ pub async fn download_call(
 ) -> Result<u64, Error> {
     call.streaming = true;
     let file_id = label;
+    // Errors name the path the caller gave, as open() does, whichever file failed.
+    let shown = dest.display().to_string();
+    let dest = &through_links(dest).await?;
     let dir = match dest.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    if tokio::fs::metadata(&dir).await.map(|m| !m.is_dir()).unwrap_or(true) {
-        return Err(Error::invalid_argument("path", format!("the folder {} does not exist", dir.display())));
+    match tokio::fs::metadata(&dir).await {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Err(Error::invalid_argument("path", format!("{} is not a folder", dir.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            return Err(Error::invalid_argument("path", format!("{} is not a folder (a part of it is a file)", dir.display())))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::invalid_argument("path", format!("the folder {} does not exist", dir.display())))
+        }
+        Err(e) => return Err(Error::io(&shown, e)),
     }
     let stall = transport.config.timeouts.read;
     let written = transport
         .execute(&call, |response| {
             let dir = dir.clone();
             let progress = progress.clone();
+            let shown = shown.clone();
             async move {
                 let expected = response.content_length();
                 // A retried download starts over.
@@ -303,12 +328,12 @@ pub async fn download_call(
                 let mut sink = match expected {
                     Some(n) if n as usize <= DOWNLOAD_BUFFER => Sink::Memory(Vec::with_capacity(n as usize)),
                     _ => {
-                        let partial = PartialFile::create(&dir, dest).await?;
+                        let partial = PartialFile::create(&dir, dest, &shown).await?;
                         let file = tokio::fs::OpenOptions::new()
                             .write(true)
                             .open(&partial.path)
                             .await
-                            .map_err(|e| Error::io(partial.path.display(), e))?;
+                            .map_err(|e| Error::io(&shown, e))?;
                         // Each tokio file write is a hop to the blocking pool; writing per
                         // received chunk (~20 KiB) made downloads context-switch-bound.
                         Sink::File(partial, tokio::io::BufWriter::with_capacity(DOWNLOAD_BUFFER, file))
@@ -342,8 +367,8 @@ pub async fn download_call(
                     }
                 }
                 if let Sink::File(partial, file) = &mut sink {
-                    file.flush().await.map_err(|e| Error::io(partial.path.display(), e))?;
-                    file.get_mut().sync_all().await.map_err(|e| Error::io(partial.path.display(), e))?;
+                    file.flush().await.map_err(|e| Error::io(&partial.shown, e))?;
+                    file.get_mut().sync_all().await.map_err(|e| Error::io(&partial.shown, e))?;
                 }
                 Ok((sink, written))
             }
@@ -355,7 +380,7 @@ pub async fn download_call(
             drop(file);
             partial.persist(dest).await?;
         }
-        Sink::Memory(bytes) => land(dir, dest.to_path_buf(), bytes).await?,
+        Sink::Memory(bytes) => land(dir, dest.to_path_buf(), bytes, shown).await?,
     }
     progress.set_total(written);
     Ok(written)
@@ -374,61 +399,98 @@ impl Sink {
                 bytes.extend_from_slice(chunk);
                 Ok(())
             }
-            Sink::File(partial, file) => file.write_all(chunk).await.map_err(|e| Error::io(partial.path.display(), e)),
+            Sink::File(partial, file) => file.write_all(chunk).await.map_err(|e| Error::io(&partial.shown, e)),
         }
     }
 }
 
 /// Writes `bytes` to a temporary file in `dir`, fsyncs it and renames it to `dest`: atomic, in
-/// one blocking task. The temporary file is removed if anything fails.
-async fn land(dir: PathBuf, dest: PathBuf, bytes: Vec<u8>) -> Result<(), Error> {
-    let shown = dest.display().to_string();
+/// one blocking task. The temporary file is removed if anything fails. Errors name `shown`.
+async fn land(dir: PathBuf, dest: PathBuf, bytes: Vec<u8>, shown: String) -> Result<(), Error> {
+    let joined = shown.clone();
     tokio::task::spawn_blocking(move || {
         use std::io::Write;
-        let mut temp = partial_beside(&dir, &dest)?;
-        temp.write_all(&bytes).map_err(|e| Error::io(temp.path().display(), e))?;
-        temp.as_file().sync_all().map_err(|e| Error::io(temp.path().display(), e))?;
-        temp.persist(&dest).map_err(|e| Error::io(dest.display(), e.error))?;
+        let mut temp = partial_beside(&dir, &dest, &shown)?;
+        // Through the plain `File`: `NamedTempFile`'s own writes wrap errors in a type that
+        // hides the OS error code (and with it Python's errno and OSError subclass).
+        temp.as_file_mut().write_all(&bytes).map_err(|e| Error::io(&shown, e))?;
+        temp.as_file().sync_all().map_err(|e| Error::io(&shown, e))?;
+        temp.persist(&dest).map_err(|e| Error::io(&shown, e.error))?;
         Ok(())
     })
     .await
-    .map_err(|e| Error::io(shown, std::io::Error::other(e)))?
+    .map_err(|e| Error::io(joined, std::io::Error::other(e)))?
+}
+
+/// The most symbolic links followed from a download's destination (Linux's own limit).
+const MAX_LINK_HOPS: usize = 40;
+
+/// `dest` with the links it names followed, as `open()` follows them: a download onto a
+/// symbolic link writes the file the link points at (its temporary file in that file's folder,
+/// so the rename stays atomic) and leaves the link in place; a dangling link gives the file it
+/// would point at. A loop fails as `open()` does (ELOOP).
+async fn through_links(dest: &Path) -> Result<PathBuf, Error> {
+    let mut path = dest.to_path_buf();
+    for _ in 0..MAX_LINK_HOPS {
+        match tokio::fs::symlink_metadata(&path).await {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let target = tokio::fs::read_link(&path).await.map_err(|e| Error::io(dest.display(), e))?;
+                // A relative target is relative to the link's folder; `join` keeps an absolute one.
+                path = path.parent().map_or_else(|| target.clone(), |folder| folder.join(&target));
+            }
+            _ => return Ok(path),
+        }
+    }
+    let looped = match tokio::fs::metadata(dest).await {
+        Err(e) => e,
+        Ok(_) => std::io::Error::other(format!("more than {MAX_LINK_HOPS} symbolic links")),
+    };
+    Err(Error::io(dest.display(), looped))
 }
 
 /// A temporary file in `dir` for the bytes of `dest`, with the permissions `open()` would give
 /// `dest`: those of the file it replaces, else 0666 less the umask. (tempfile's own 0600 would
 /// leave every download unreadable to the group that shares its folder, and would narrow the
-/// mode of a file it replaces.)
-fn partial_beside(dir: &Path, dest: &Path) -> Result<tempfile::NamedTempFile, Error> {
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(".sensorium-download-").suffix(".partial");
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-    let temp = builder.tempfile_in(dir).map_err(|e| Error::io(dir.display(), e))?;
+/// mode of a file it replaces.) Opened by our own `OpenOptions`, not `tempfile_in`, whose errors
+/// hide the OS error code behind their path.
+fn partial_beside(dir: &Path, dest: &Path, shown: &str) -> Result<tempfile::NamedTempFile, Error> {
+    let temp = tempfile::Builder::new()
+        .prefix(".sensorium-download-")
+        .suffix(".partial")
+        .make_in(dir, |path| {
+            let mut options = std::fs::OpenOptions::new();
+            options.read(true).write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o666);
+            options.open(path)
+        })
+        .map_err(|e| Error::io(shown, e))?;
     #[cfg(unix)]
     if let Ok(replaced) = std::fs::metadata(dest) {
         if replaced.is_file() {
-            temp.as_file().set_permissions(replaced.permissions()).map_err(|e| Error::io(temp.path().display(), e))?;
+            temp.as_file().set_permissions(replaced.permissions()).map_err(|e| Error::io(shown, e))?;
         }
     }
     Ok(temp)
 }
 
-/// A temporary file that is removed unless persisted.
+/// A temporary file that is removed unless persisted. `shown` is the destination as the caller
+/// gave it, which errors name.
 struct PartialFile {
     path: PathBuf,
+    shown: String,
     keep: bool,
 }
 
 impl PartialFile {
-    async fn create(dir: &Path, dest: &Path) -> Result<Self, Error> {
-        let named = partial_beside(dir, dest)?;
-        let (_, path) = named.keep().map_err(|e| Error::io(dir.display(), e.error))?;
-        Ok(PartialFile { path, keep: false })
+    async fn create(dir: &Path, dest: &Path, shown: &str) -> Result<Self, Error> {
+        let named = partial_beside(dir, dest, shown)?;
+        let (_, path) = named.keep().map_err(|e| Error::io(shown, e.error))?;
+        Ok(PartialFile { path, shown: shown.to_string(), keep: false })
     }
 
     async fn persist(mut self, dest: &Path) -> Result<(), Error> {
-        tokio::fs::rename(&self.path, dest).await.map_err(|e| Error::io(dest.display(), e))?;
+        tokio::fs::rename(&self.path, dest).await.map_err(|e| Error::io(&self.shown, e))?;
         self.keep = true;
         Ok(())
     }
@@ -453,5 +515,15 @@ mod tests {
         assert!(err.contains("direct-to-cloud"), "{err}");
         assert!(upload_type("a.bin", None, "path").is_err());
         assert_eq!(upload_type("a.bin", Some("image/png"), "path").unwrap(), "image/png");
+    }
+
+    #[test]
+    fn names_sent_in_a_part_header_hold_no_control_characters() {
+        assert!(check_sendable("tab\t.txt", "name").is_ok());
+        assert!(check_sendable("é 50% #1.txt", "name").is_ok());
+        for bad in ["a\r\nb.txt", "a\nb.txt", "a\rb.txt", "a\u{0}b.txt", "a\u{1b}b.txt", "a\u{7f}b.txt"] {
+            let err = check_sendable(bad, "path").unwrap_err();
+            assert!(matches!(&err, Error::InvalidArgument { argument, .. } if argument == "path"), "{bad:?}: {err}");
+        }
     }
 }

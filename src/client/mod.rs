@@ -8,6 +8,7 @@ pub mod error_body;
 pub mod fork;
 pub mod lanes;
 pub mod pacing;
+pub mod path_segment;
 pub mod retry;
 pub mod secret;
 pub mod transport;

@@ -47,7 +47,8 @@ pub struct Call {
     pub query: Vec<(String, String)>,
     pub body: RequestBody,
     /// Bodies that move many bytes are bounded by the stall timeout instead of the
-    /// per-attempt deadline, so a long transfer is not cut while it makes progress.
+    /// per-attempt deadline, so a long transfer is not cut while it makes progress; the
+    /// `timeout` option bounds only the wait for the answer once the request body is sent.
     pub streaming: bool,
     /// Presigned storage URLs carry their own signature and must not get the API key.
     pub authenticated: bool,
@@ -375,8 +376,9 @@ impl Transport {
     }
 
     /// The deadline of one attempt of `call`: the `timeout` option, except for transfers, which
-    /// are bounded by the stall timeout instead; and no later than the call's own deadline
-    /// (but at least [`MIN_ATTEMPT`]).
+    /// are bounded by the stall timeout instead (and by `timeout` only while they wait for the
+    /// answer, see `send_once`); and no later than the call's own deadline (but at least
+    /// [`MIN_ATTEMPT`]).
     fn attempt_deadline(&self, call: &Call) -> Option<Duration> {
         let option = if call.streaming { None } else { self.config.timeouts.total };
         let Some(deadline) = call.deadline else { return option };
@@ -414,6 +416,10 @@ impl Transport {
             Some(url) => self.http.request(call.method.clone(), url.clone()),
             None => self.http.request(call.method.clone(), &call.url),
         };
+        if !matches!(call.body, RequestBody::MultipartFile { .. } | RequestBody::FileRange { .. }) {
+            // Nothing streamed up: the wait for the answer starts now.
+            activity.body_sent();
+        }
         let mut request = request.headers(self.headers(attempt, call.authenticated)?);
         for (name, value) in &call.headers {
             request = request.header(*name, value);
@@ -463,8 +469,17 @@ impl Transport {
         };
         let sent = if call.streaming {
             // No overall deadline on a transfer; instead it fails once nothing has moved for
-            // the stall timeout (the body being sent, or the answer awaited after it).
+            // the stall timeout (the body being sent, or the answer awaited after it), or when
+            // its answer has not begun within `timeout` of the body's last byte, as any other
+            // call's would not. The answer's body is bounded by the stall timeout only.
             let stall = cfg.timeouts.read;
+            let answer_within = cfg.timeouts.total;
+            let overdue = async {
+                match answer_within {
+                    Some(limit) => activity.answer_overdue(limit).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 result = request.send() => result,
                 _ = activity.stalled(stall) => {
@@ -474,6 +489,17 @@ impl Transport {
                             call.method,
                             call.url,
                             seconds(stall)
+                        ),
+                    };
+                    return Err(Failed { error, unsent: false });
+                }
+                _ = overdue => {
+                    let error = Error::Timeout {
+                        message: format!(
+                            "{} {}: no answer within {} of sending the request (timeout)",
+                            call.method,
+                            call.url,
+                            seconds(answer_within.unwrap_or_default())
                         ),
                     };
                     return Err(Failed { error, unsent: false });
@@ -560,16 +586,53 @@ pub(crate) fn build_http_client(connect_timeout: Duration) -> Result<reqwest::Cl
 pub struct Activity {
     start: std::time::Instant,
     last_ms: AtomicU64,
+    /// When the request body's last byte was handed to the connection; `NOT_SENT` until then.
+    sent_ms: AtomicU64,
+    sent: tokio::sync::Notify,
 }
+
+const NOT_SENT: u64 = u64::MAX;
 
 impl Activity {
     pub fn new() -> Arc<Self> {
-        Arc::new(Activity { start: std::time::Instant::now(), last_ms: AtomicU64::new(0) })
+        Arc::new(Activity {
+            start: std::time::Instant::now(),
+            last_ms: AtomicU64::new(0),
+            sent_ms: AtomicU64::new(NOT_SENT),
+            sent: tokio::sync::Notify::new(),
+        })
     }
 
     pub fn touch(&self) {
         let now = self.start.elapsed().as_millis() as u64;
         self.last_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// Marks the request body as all sent: the wait for the answer starts.
+    pub fn body_sent(&self) {
+        let now = self.start.elapsed().as_millis() as u64;
+        if self.sent_ms.compare_exchange(NOT_SENT, now, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            self.sent.notify_waiters();
+        }
+    }
+
+    /// Resolves once `limit` has passed since the request body was all sent. (Bytes handed to
+    /// the connection may still sit in the socket's buffer; on a slow link the wait counts from
+    /// a little before the server has them all.)
+    pub async fn answer_overdue(&self, limit: Duration) {
+        loop {
+            // Created before the check, so a `body_sent` between the two still wakes it.
+            let notified = self.sent.notified();
+            let sent = self.sent_ms.load(Ordering::SeqCst);
+            if sent != NOT_SENT {
+                let since = Duration::from_millis((self.start.elapsed().as_millis() as u64).saturating_sub(sent));
+                if let Some(left) = limit.checked_sub(since) {
+                    tokio::time::sleep(left).await;
+                }
+                return;
+            }
+            notified.await;
+        }
     }
 
     fn idle(&self) -> Duration {
@@ -637,11 +700,19 @@ async fn file_range_stream(
         }
     });
     let stream = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    if len == 0 {
+        activity.body_sent();
+    }
+    let mut handed: u64 = 0;
     Ok(stream.inspect(move |chunk| {
         activity.touch();
         if let Ok(bytes) = chunk {
             for counter in &progress {
                 counter.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            }
+            handed += bytes.len() as u64;
+            if handed >= len {
+                activity.body_sent();
             }
         }
     }))

@@ -12,6 +12,7 @@ use reqwest::Method;
 use serde::Serialize;
 
 use super::error::Error;
+use super::path_segment::path_segment;
 use super::resume_state::{Fingerprint, ResumeRecord, ResumeState};
 use super::stored_content::{self, Local};
 use super::transport::{read_body, Call, RequestBody, Transport};
@@ -102,11 +103,13 @@ fn post_json<T: Serialize>(transport: &Transport, path: &str, body: &T) -> Resul
     Ok(Call::post_json(transport.config.url(path), Bytes::from(bytes)))
 }
 
+/// `/files/uploads/{upload_id}{rest}`, the id (the server's, or one read back from a resume
+/// record) percent-encoded as one segment.
 fn upload_path(upload_id: &str, rest: &str) -> Result<String, Error> {
-    if upload_id.is_empty() || upload_id.contains('/') {
+    if upload_id.contains('/') {
         return Err(Error::invalid_argument("upload_id", format!("{upload_id:?} is not an upload id")));
     }
-    Ok(format!("/files/uploads/{upload_id}{rest}"))
+    Ok(format!("/files/uploads/{}{rest}", path_segment(upload_id, "upload_id")?))
 }
 
 /// The content type sent with `initiate`: from the extension (JSONL included), else the caller's,

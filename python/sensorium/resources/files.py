@@ -31,7 +31,7 @@ def _content(data: bytes | bytearray | memoryview | str) -> bytes:
             ) from None
     if isinstance(data, (bytes, bytearray, memoryview)):
         return bytes(data)
-    raise InvalidArgumentError(f"data: expected bytes or base64 str, got {type(data).__name__}", argument="data")
+    raise TypeError(f"data: expected bytes or base64 str, got {type(data).__name__}")
 
 
 # Sort keys and orders of `GET /files/metadata`. The spec does not name the parameters; these
