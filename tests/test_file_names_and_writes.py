@@ -4,11 +4,13 @@ transfer's wait for its answer. Each test runs on ``Client`` and ``AsyncClient``
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import resource
 import signal
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -132,32 +134,35 @@ def test_download_under_a_regular_file_says_it_is_not_a_folder(emu, client, clie
 
 # Defect: a failed write lost errno and the OSError subclass for small downloads.
 
-@pytest.fixture
-def file_size_limit():
-    """Lowers RLIMIT_FSIZE to 1000 bytes (writes past it fail with EFBIG) for the test's body,
-    SIGXFSZ ignored so the process lives. Works as root too, unlike a read-only folder."""
+@contextlib.contextmanager
+def file_size_limit() -> Iterator[None]:
+    """RLIMIT_FSIZE lowered to 1000 bytes (writes past it fail with EFBIG) inside the block
+    only, SIGXFSZ ignored so the process lives. Works as root too, unlike a read-only folder.
+    The limit is the whole process's: pytest's own report, written to a file, would fail under
+    it, so nothing but the call under test runs inside."""
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-
-    def lower() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, hard))
-
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, hard))
     try:
-        yield lower
+        yield
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, previous)
 
 
 @pytest.mark.parametrize("size", [5_000, 6 * 1024 * 1024], ids=["in-memory", "streamed-to-disk"])
-def test_download_write_failure_keeps_errno_and_filename(emu, client, client_kind, tmp_path, size, file_size_limit):
+def test_download_write_failure_keeps_errno_and_filename(emu, client, client_kind, tmp_path, size):
     client.files.upload_base64("big.txt", b"x" * size)
     dest = tmp_path / "big.txt"
-    file_size_limit()
-    with pytest.raises(OSError) as info:
-        run_on(client_kind, lambda c: c.files.download("big.txt", dest), **opts(emu))
-    assert info.value.errno == errno.EFBIG
-    assert info.value.filename == str(dest)
+    failure: OSError | None = None
+    with file_size_limit():
+        try:
+            run_on(client_kind, lambda c: c.files.download("big.txt", dest), **opts(emu))
+        except OSError as error:
+            failure = error
+    assert failure is not None, "the download did not fail"
+    assert failure.errno == errno.EFBIG
+    assert failure.filename == str(dest)
     assert not dest.exists() and leftovers(tmp_path) == []
 
 
