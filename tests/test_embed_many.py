@@ -14,6 +14,7 @@ import pytest
 
 from _helpers import ENCODER, REASONER, body_json, calls, run_on
 from sensorium.errors import (
+    APIConnectionError,
     AuthenticationError,
     BadRequestError,
     EmbedManyError,
@@ -219,8 +220,6 @@ def test_empty_input(emu, client_kind):
         (np.zeros((2, 2, 2), dtype=complex), {}, "windows"),
         ("abc", {}, "windows"),
         (42, {}, "windows"),
-        ([np.zeros((2, 8)), np.zeros((3, 8))], {}, "windows"),
-        ([np.zeros((2, 8)), "text"], {}, "windows[1]"),
         (WINDOWS, {"per_channel": "yes"}, "per_channel"),
         (WINDOWS, {"normalize_input": "no"}, "normalize_input"),
         (WINDOWS, {"concurrency": 0}, "concurrency"),
@@ -401,3 +400,236 @@ def test_rate_limit_and_size_limit_from_the_command_line():
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
+
+
+class LocalEncoder:
+    """An encoder on 127.0.0.1 written here, not the emulator: it answers 429 with ``Retry-After``
+    in whole seconds (the HTTP delta-seconds form many servers send), either for the first
+    ``refuse_first`` requests only (a transient 429) or from a token bucket of ``rate`` requests per
+    second with bursts of ``rate``. Each answer is held ``hold`` seconds. It records, per request,
+    the server's clock, the status, the attempt and how many requests were in flight."""
+
+    def __init__(self, *, rate=None, refuse_first=0, hold=0.0):
+        import http.server
+        import json
+        import time
+
+        self.log, self.lock, self.in_flight = [], threading.Lock(), 0
+        bucket = [float(rate or 0), time.monotonic()]
+        vector = json.dumps([0.01] * 768)
+        encoder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                attempt = 1 + int(self.headers.get("x-sensorium-retry-count", "0"))
+                with encoder.lock:
+                    now = time.monotonic()
+                    if rate is None:
+                        ok = len(encoder.log) >= refuse_first
+                    else:
+                        tokens = min(rate, bucket[0] + (now - bucket[1]) * rate)
+                        ok = tokens >= 1
+                        bucket[:] = [tokens - 1 if ok else tokens, now]
+                    encoder.in_flight += 1
+                    encoder.log.append((now, 200 if ok else 429, attempt, encoder.in_flight))
+                try:
+                    if ok:
+                        time.sleep(hold)
+                        out = b'{"query_id": "q", "status": "completed", "response": {"response": %s}}' % vector.encode()
+                        self.send_response(200)
+                    else:
+                        out = b'{"errors": [{"code": "rate_limit_exceeded", "message": "slow down"}]}'
+                        self.send_response(429)
+                        self.send_header("Retry-After", "1")
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                finally:
+                    with encoder.lock:
+                        encoder.in_flight -= 1
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def options(self, **extra):
+        return dict(api_key="k-local", base_url=f"http://127.0.0.1:{self.server.server_port}", **extra)
+
+    def after_first_retry(self):
+        """The requests from the first retry on: those sent once the first 429 was waited out."""
+        first = next(i for i, entry in enumerate(self.log) if entry[2] > 1)
+        return self.log[first:]
+
+
+def test_one_transient_429_is_waited_out_then_the_batch_runs_unpaced(client_kind):
+    # One 429 saying "come back in 1 s" is when to come back, not a spacing between requests:
+    # after it the batch must run as before (it once went on one request per second).
+    windows = RNG.normal(size=(150, 1, 8))
+    with LocalEncoder(refuse_first=1, hold=0.02) as server:
+        vectors = run_on(client_kind, lambda c: c.embed_many(ENCODER, windows, concurrency=16), **server.options())
+        assert vectors.shape == (150, 1, 768) and np.isfinite(vectors).all()
+        statuses = [status for _, status, _, _ in server.log]
+        assert statuses.count(429) == 1 and statuses.count(200) == 150
+        # Requests overlapped again after the wait (a pacing of one a second keeps one in flight).
+        assert max(in_flight for *_, in_flight in server.after_first_retry()) >= 8
+
+
+def test_whole_second_retry_after_from_a_token_bucket_paces_at_the_bucket_rate(client_kind):
+    # A token bucket of 20/s refusing with "Retry-After: 1" (its next token comes in 50 ms): the
+    # batch waits the second once, then sends at the rate the server admits, not one per second.
+    windows = RNG.normal(size=(80, 1, 8))
+    with LocalEncoder(rate=20) as server:
+        vectors = run_on(client_kind, lambda c: c.embed_many(ENCODER, windows), **server.options())
+        assert vectors.shape == (80, 1, 768) and np.isfinite(vectors).all()
+        assert max(attempt for _, _, attempt, _ in server.log) <= 3, "no request beyond the retry budget"
+        admitted = [at for at, status, _, _ in server.after_first_retry() if status == 200]
+        # Requests admitted in the busiest second of the server's clock after the first refusal:
+        # the bucket admits 20 a second; the old pacing got 1 or 2 through.
+        busiest = max(sum(1 for t in admitted if start <= t < start + 1.0) for start in admitted)
+        assert busiest >= 12
+
+
+def test_an_iterator_that_raises_keeps_the_work_done(emu, client_kind):
+    def windows():
+        for i in range(300):
+            if i == 250:
+                raise OSError("file 250 is corrupt")
+            yield MANY[i]
+
+    with pytest.raises(EmbedManyError) as info:
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, windows(), concurrency=8), **options(emu))
+    err = info.value
+    assert isinstance(err.__cause__, OSError) and "file 250 is corrupt" in str(err)
+    assert "windows[250]" in str(err)
+    # Every window read was sent and finished (those in flight too); the one never read is listed.
+    assert len(calls(emu, "/query")) == 250
+    assert err.partial.shape == (251, 2, 768)
+    assert err.failed == [250] and err.not_sent == [250]
+    np.testing.assert_array_equal(err.partial[:250], one_by_one(emu, MANY[:250]))
+
+
+def test_a_list_with_a_window_of_the_wrong_shape_fails_that_window_alone(emu, client_kind):
+    # As an iterator of the same windows does.
+    items = [MANY[0], np.zeros((3, 16)), MANY[1], "text", np.zeros((2, 2, 16)), MANY[2]]
+    for windows in (items, iter(items)):
+        with pytest.raises(EmbedManyError) as info:
+            run_on(client_kind, lambda c: c.embed_many(ENCODER, windows), **options(emu))
+        err = info.value
+        assert err.failed == [1, 3, 4] and err.not_sent == [] and err.partial.shape == (6, 2, 768)
+        assert isinstance(err.__cause__, InvalidArgumentError) and err.__cause__.argument == "windows[1]"
+        np.testing.assert_array_equal(err.partial[[0, 2, 5]], one_by_one(emu, MANY[:3]))
+
+
+@pytest.mark.parametrize("as_iterator", [False, True])
+def test_when_every_window_fails_partial_keeps_the_windows_shape(emu, client_kind, as_iterator):
+    windows = np.full((3, 2, 8), np.nan)
+    with pytest.raises(EmbedManyError) as info:
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, iter(windows) if as_iterator else windows),
+               **options(emu))
+    err = info.value
+    assert err.partial.shape == (3, 2, 768) and err.failed == [0, 1, 2]
+    # The README's recovery works: the rows of the failed windows take the retried vectors.
+    fixed = np.nan_to_num(windows)
+    err.partial[err.failed] = run_on(client_kind, lambda c: c.embed_many(ENCODER, fixed[err.failed]), **options(emu))
+    assert np.isfinite(err.partial).all()
+
+
+def test_the_stop_message_names_the_first_window_that_stopped_the_batch(emu, client_kind):
+    # The first request to arrive is answered last, so the first window to fail is not window 0.
+    emu.inject("POST", "/query", 401, delay=0.3, times=1)
+    emu.inject("POST", "/query", 401, times=None)
+    with pytest.raises(EmbedManyError) as info:
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, iter(MANY[:100]), concurrency=8), **options(emu))
+    err = info.value
+    assert isinstance(err.__cause__, AuthenticationError)
+    assert str(err).startswith(f"embed_many stopped at windows[{err.failed[0]}]:"), str(err)
+
+
+def test_an_address_with_nothing_listening_stops_the_batch(client_kind):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    read = []
+
+    def windows():
+        for i in range(200):
+            read.append(i)
+            yield MANY[i]
+
+    with pytest.raises(EmbedManyError) as info:
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, windows(), concurrency=4),
+               api_key="k-local", base_url=f"http://127.0.0.1:{port}", max_retries=1)
+    err = info.value
+    assert isinstance(err.__cause__, APIConnectionError)
+    assert len(read) <= 2 * 4 + 1, "the iterator is not read on once nothing can be sent"
+    assert err.not_sent and set(err.not_sent) <= set(err.failed) and err.failed == list(range(len(read)))
+    assert "stopped at windows[0]" in str(err)
+
+
+def test_an_async_progress_callback_is_refused_naming_progress(emu, client_kind):
+    async def callback(done, total):
+        pass
+
+    with pytest.raises(InvalidArgumentError) as info:
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, WINDOWS, progress=callback), **options(emu))
+    assert info.value.argument == "progress" and "async" in str(info.value)
+    assert calls(emu, "/query") == []
+
+
+def test_concurrency_takes_any_integer_type(emu, client_kind):
+    vectors = run_on(client_kind, lambda c: c.embed_many(ENCODER, WINDOWS[:3], concurrency=np.int64(2)),
+                     **options(emu))
+    assert vectors.shape == (3, 3, 768)
+    for wrong in (2.0, "8"):
+        with pytest.raises(TypeError, match="concurrency"):
+            run_on(client_kind, lambda c: c.embed_many(ENCODER, WINDOWS[:3], concurrency=wrong), **options(emu))
+    assert len(calls(emu, "/query")) == 3
+
+
+def test_progress_true_without_tqdm_suggests_the_callback_argument_of_embed_many(emu, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    with emu.client() as c:
+        with pytest.raises(InvalidArgumentError) as info:
+            c.embed_many(ENCODER, WINDOWS, progress=True)
+    assert "on_progress" not in str(info.value) and "progress=callback" in str(info.value)
+
+
+def test_concurrent_batches_of_one_client_share_the_rate_limit(client_kind):
+    # Six batches at once (threads, or tasks) against one limit: they learn the rate together,
+    # so no window burns its retries.
+    import concurrent.futures
+
+    with Emulator(rate_limit=20) as emu:
+        parts = [RNG.normal(size=(20, 1, 8)) for _ in range(6)]
+        if client_kind == "sync":
+            with emu.client() as c, concurrent.futures.ThreadPoolExecutor(6) as pool:
+                results = list(pool.map(lambda w: c.embed_many(ENCODER, w), parts))
+        else:
+            async def main():
+                async with emu.async_client() as c:
+                    return await asyncio.gather(*(c.embed_many(ENCODER, w) for w in parts))
+
+            results = asyncio.run(main())
+        assert all(np.isfinite(r).all() for r in results)
+        sent = calls(emu, "/query")
+        assert max(r.attempt for r in sent) <= 3 and sum(r.status == 200 for r in sent) == 120

@@ -107,3 +107,16 @@ def test_bad_data():
         sensorium.windows(np.zeros((4, 2, 2)), window=2)
     with pytest.raises(InvalidArgumentError, match="list"):
         sensorium.windows([[1.0, 2.0]], window=1)
+
+
+def test_a_sparse_column_or_a_nested_columns_list_is_named():
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"a": pd.arrays.SparseArray(np.arange(200.0)), "b": np.arange(200.0)})
+    for columns in (None, ["a"]):
+        with pytest.raises(InvalidArgumentError) as info:
+            sensorium.windows(df, window=64, columns=columns)
+        assert info.value.argument == "data" and "sparse" in str(info.value) and "a" in str(info.value)
+    for columns in ([["a", "b"]], [{"a"}]):
+        with pytest.raises(InvalidArgumentError) as info:
+            sensorium.windows(df, window=64, columns=columns)
+        assert info.value.argument == "columns"

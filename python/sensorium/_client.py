@@ -249,20 +249,25 @@ class Client(_BaseClient):
         list of (channels, window) arrays, or an iterator of them, read lazily in chunks as
         requests finish, so a recording larger than memory streams through. Requests run
         concurrently from the native core (``concurrency`` in flight, 64 by default), each
-        retried by the client's retry rule; after a 429 the whole batch slows to the rate the
-        server allows, honouring ``Retry-After``. ``per_channel=True`` sends one request per
-        channel (for servers that refuse large multichannel bodies) and reassembles them.
-        ``normalize_input`` is sent when given. ``progress=True`` shows a tqdm bar; a callable is
-        called as ``progress(windows_done, windows_total)``.
+        retried by the client's retry rule; after a 429 the whole batch waits the
+        ``Retry-After``, then sends at the rate the server admits (learnt from its answers and
+        shared by the client's concurrent ``embed_many`` calls). ``per_channel=True`` sends one
+        request per channel (for servers that refuse large multichannel bodies) and reassembles
+        them. ``normalize_input`` is sent when given; with ``per_channel=True`` each channel is its
+        own event, so ``normalize_input=True`` z-scores each channel alone rather than the window
+        as a whole, and the vectors differ from those of whole windows. ``progress=True`` shows a
+        tqdm bar; a plain function is called as ``progress(windows_done, windows_total)``.
 
         If some windows still fail, the others finish first; then
         :class:`~sensorium.errors.EmbedManyError` names the first failed index, its ``partial``
         holds every vector computed (NaN rows for the failed windows) and ``__cause__`` the first
         failure. A window that cannot be sent (a NaN or infinity, a wrong shape or channel count)
         fails alone in the same way, without a request. An error that would repeat for every
-        window (the key refused, an unknown model, an address with no encoder) stops the batch at
-        once instead of sending the rest; the ``EmbedManyError`` then lists the windows never sent
-        in ``not_sent``. Ctrl-C stops the whole batch.
+        window (the key refused, an unknown model, an address with no encoder or where nothing
+        answers) stops the batch at once instead of sending the rest; the ``EmbedManyError`` then
+        lists the windows never sent in ``not_sent``. An iterator that raises ends the batch the
+        same way: the windows read before finish, and the ``EmbedManyError`` has its exception as
+        ``__cause__``. Ctrl-C stops the whole batch.
 
         >>> import numpy as np, sensorium
         >>> recording = np.random.rand(100_000, 4)                                   # (time, channels)

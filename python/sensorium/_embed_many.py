@@ -7,6 +7,7 @@ ahead than the batch can hold, and waits with the GIL released."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import operator
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
@@ -73,17 +74,10 @@ class _Source:
                 argument="windows",
             )
         if isinstance(windows, Sequence):
-            # Known length: every window is checked before anything is sent.
-            items = [_window(w, i) for i, w in enumerate(windows)]
-            counts = {np.shape(w)[0] if np.ndim(w) == 2 else 1 for w in items}
-            if len(counts) > 1:
-                raise InvalidArgumentError(
-                    f"windows: the windows have different channel counts {sorted(counts)}; every window needs "
-                    "the same channels",
-                    argument="windows",
-                )
-            self.total, self.channels = len(items), (counts.pop() if counts else None)
-            self._items = iter(items)
+            # Known length. A window that is not one (a wrong shape, a channel count unlike the
+            # first window's, not an array) fails alone, as an iterator's does.
+            self.total = len(windows)
+            self._items = iter(windows)
             return
         try:
             self._items = iter(windows)
@@ -95,16 +89,35 @@ class _Source:
         hint = operator.length_hint(windows, -1)
         self.total = hint if hint >= 0 and not isinstance(windows, Iterator) else None
 
+    #: What the iterator raised instead of giving the next window (the windows read before it are
+    #: kept, and the batch finishes them).
+    error: Optional[Exception] = None
+
+    @property
+    def read(self) -> int:
+        """How many windows were taken so far."""
+        return self._next
+
     def take(self, count: int) -> Any:
         """The next ``count`` windows at most (empty at the end). An item of an iterator that is
-        not a window comes back as its ``InvalidArgumentError``, to fail alone."""
+        not a window comes back as its ``InvalidArgumentError``, to fail alone; an exception of the
+        iterator itself ends the chunk and is kept in ``error``."""
         start = self._next
         if self._array is not None:
             chunk: Any = self._array[start : start + count]
             self._next += len(chunk)
             return chunk
         assert self._items is not None
-        chunk = [_window_or_error(w, start + k) for k, w in enumerate(itertools.islice(self._items, count))]
+        chunk = []
+        try:
+            for item in itertools.islice(self._items, count):
+                window = _window_or_error(item, start + len(chunk))
+                if self.channels is None and not isinstance(window, InvalidArgumentError):
+                    # The batch's partial result keeps this shape even if no window can be sent.
+                    self.channels = np.shape(window)[0] if np.ndim(window) == 2 else 1
+                chunk.append(window)
+        except Exception as e:
+            self.error = e
         self._next += len(chunk)
         return chunk
 
@@ -128,16 +141,22 @@ class _Run:
             raise InvalidArgumentError(
                 f"normalize_input: takes True, False or None, got {normalize_input!r}", argument="normalize_input"
             )
-        if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)):
-            raise InvalidArgumentError(
-                f"concurrency: takes a number of requests in flight, got {concurrency!r}", argument="concurrency"
-            )
+        if concurrency is not None:
+            concurrency = _count(concurrency)
         if concurrency is not None and not -(2**63) <= concurrency < 2**63:  # the core checks the range itself
             raise InvalidArgumentError(f"concurrency: is {concurrency}, far more requests in flight than allowed",
                                        argument="concurrency")
         if not (isinstance(progress, bool) or callable(progress)):
             raise InvalidArgumentError(
                 f"progress: takes True (a tqdm bar), False or a callback(done, total), got {progress!r}",
+                argument="progress",
+            )
+        if inspect.iscoroutinefunction(progress) or inspect.iscoroutinefunction(getattr(progress, "__call__", None)):
+            # Called from the feeding loop between waits, on both clients: a coroutine would be
+            # created and never run.
+            raise InvalidArgumentError(
+                "progress: is an async function; embed_many calls progress(done, total) without awaiting it, "
+                "so pass a plain function (it may schedule work with loop.call_soon or asyncio.create_task)",
                 argument="progress",
             )
         self.per_channel = per_channel
@@ -162,6 +181,8 @@ class _Run:
         if room == 0 or self.exhausted:
             return
         chunk = self.source.take(room)
+        if self.source.error is not None:
+            self.exhausted = True  # the windows read before it still go
         if len(chunk) == 0:
             self.exhausted = True
         elif isinstance(chunk, list) and any(isinstance(w, InvalidArgumentError) for w in chunk):
@@ -189,12 +210,14 @@ class _Run:
 
     def result(self) -> npt.NDArray[np.float32]:
         self.reporter.tick()
+        stopped_by = self.batch.stopped_by  # read before finish() hands the failures over
         vectors, failed, reported, not_sent = self.batch.finish()
-        if self.batch.submitted == 0:
+        if self.batch.submitted == 0 and self.source.error is None:
             return np.empty((0, self.source.channels or 0, EMBEDDING_DIM), dtype=np.float32)
-        stopped_by = self.batch.stopped_by
         if stopped_by is not None:
             self._stopped(vectors, failed, reported, not_sent, stopped_by)
+        if self.source.error is not None:
+            self._iterator_failed(vectors, failed, not_sent)
         if not failed:
             return vectors  # type: ignore[no-any-return]
         hint = ""
@@ -215,6 +238,28 @@ class _Run:
         if vectors.shape[1] == 0 and self.source.channels:
             return np.full((len(vectors), self.source.channels, EMBEDDING_DIM), np.nan, dtype=np.float32)
         return vectors
+
+    def _iterator_failed(self, vectors: Any, failed: list[int], not_sent: list[int]) -> None:
+        """Raises for an iterator that raised instead of giving the next window: the windows read
+        before it were embedded (or failed) as usual; the one it could not give, and any after it
+        when the length is known, are NaN rows listed in ``failed`` and ``not_sent``."""
+        error = self.source.error
+        vectors = self._shaped(vectors)
+        read = len(vectors)
+        total = self.source.total if self.source.total is not None and self.source.total > read else read + 1
+        whole = np.full((total,) + vectors.shape[1:], np.nan, dtype=np.float32)
+        whole[:read] = vectors
+        unread = list(range(read, total))
+        missing = sorted({*failed, *not_sent, *unread})
+        raise EmbedManyError(
+            f"embed_many: the windows iterator raised {type(error).__name__} at windows[{read}]: "
+            f"{_sentence(error)}. The {read} windows read before it were sent: {total - len(missing)} of {total} "
+            f"windows were embedded and are in .partial; the {len(missing)} others are NaN rows, listed in .failed "
+            f"({len(unread) + len(not_sent)} of them never sent, listed in .not_sent).",
+            partial=whole,
+            failed=missing,
+            not_sent=sorted({*not_sent, *unread}),
+        ) from error
 
     def _stopped(self, vectors: Any, failed: list[int], reported: Any, not_sent: list[int], stopped_by: int) -> None:
         """Raises for a batch that stopped on an error no window escapes. With a known number of
@@ -242,6 +287,19 @@ class _Run:
     def close(self) -> None:
         self.batch.cancel()
         self.reporter.close()
+
+
+def _count(value: Any) -> int:
+    """``concurrency`` as an int: any integer type (``np.int64`` too), not a bool or a float."""
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"concurrency: takes a number of requests in flight, got {value!r}",
+                                   argument="concurrency")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"concurrency: takes a whole number of requests in flight, got {type(value).__name__} {value!r}"
+        ) from None
 
 
 def _sentence(error: Any) -> str:

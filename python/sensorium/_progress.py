@@ -49,7 +49,7 @@ class _Reporter:
             except ImportError:
                 raise InvalidArgumentError(
                     "progress: progress=True shows a tqdm bar, and tqdm is not installed "
-                    "(pip install 'sensorium[progress]'); or pass on_progress=callback",
+                    f"(pip install 'sensorium[progress]'); or pass {argument}=callback(done, total)",
                     argument="progress",
                 ) from None
             scaled = unit == "B"

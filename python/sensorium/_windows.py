@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from typing import Any, Optional, Sequence
+from typing import Any, Hashable, Optional, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +49,12 @@ def _recording(data: Any, columns: Optional[Sequence[Any]]) -> np.ndarray:
         data = data.to_frame()
     if _is_pandas(data, "DataFrame"):
         if columns is not None:
+            unhashable = [c for c in columns if not isinstance(c, Hashable)]
+            if unhashable:
+                raise InvalidArgumentError(
+                    f"columns: takes a flat list of column names; {unhashable[0]!r} is not a column name",
+                    argument="columns",
+                )
             missing = [c for c in columns if c not in data.columns]
             if missing:
                 raise InvalidArgumentError(
@@ -61,7 +67,20 @@ def _recording(data: Any, columns: Optional[Sequence[Any]]) -> np.ndarray:
                 f"data: DataFrame columns {', '.join(bad)} are not numeric; pick numeric ones with columns=",
                 argument="data",
             )
-        values: np.ndarray = _pandas_numpy(data)
+        sparse = [str(c) for c, dt in data.dtypes.items() if type(dt).__name__ == "SparseDtype"]
+        if sparse:
+            # A view of a sparse column cannot exist; densifying is the caller's choice of memory.
+            raise InvalidArgumentError(
+                f"data: DataFrame columns {', '.join(sparse)} are sparse; make them dense first "
+                "(df.sparse.to_dense() or df.astype(float))",
+                argument="data",
+            )
+        try:
+            values: np.ndarray = _pandas_numpy(data)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(
+                f"data: the DataFrame cannot be read as numbers ({type(e).__name__}: {e})", argument="data"
+            ) from e
         return values
     if not isinstance(data, np.ndarray):
         raise InvalidArgumentError(

@@ -49,7 +49,7 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
             kwargs.set_item("retry_after", api.retry_after.map(|d| d.as_secs_f64()))?;
             errors.getattr("_api_error")?.call((message,), Some(&kwargs))?
         }
-        Error::Connection { .. } => errors.getattr("APIConnectionError")?.call1((message,))?,
+        Error::Connection { .. } | Error::Unreachable { .. } => errors.getattr("APIConnectionError")?.call1((message,))?,
         Error::Timeout { .. } => errors.getattr("APITimeoutError")?.call1((message,))?,
         Error::InvalidArgument { argument, .. } => {
             let kwargs = PyDict::new(py);

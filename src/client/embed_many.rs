@@ -3,8 +3,9 @@
 //!
 //! The caller submits windows as they come (already serialised, one body per request) and
 //! waits for room; each window runs as a task on the runtime whose requests share a semaphore
-//! (the bound on requests in flight) and a [`Pacer`] (the server's rate, learnt from 429s), and
-//! go through the transport's retry rule. A window that still fails leaves NaN rows and its error;
+//! (the bound on requests in flight) and the transport's [`Pacer`](super::pacing::Pacer) (the
+//! server's rate, learnt from 429s, shared with the client's other batches), and go through the
+//! transport's retry rule. A window that still fails leaves NaN rows and its error;
 //! the others carry on, unless the error is one no window can escape (a refused key, an unknown
 //! model, a wrong address: [`stops_the_batch`]): then the batch sends nothing more, and the
 //! windows not sent are reported as such. Cancelling the batch drops every request in flight.
@@ -19,7 +20,6 @@ use tokio::sync::{watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::error::Error;
-use super::pacing::Pacer;
 use super::query::{parse_embeddings, EMBEDDING_DIM};
 use super::transport::Transport;
 
@@ -32,7 +32,7 @@ use super::transport::Transport;
 /// (the public scripts' 8 threads managed 2.6 requests/s, about 3 s each), and then requests per
 /// second = in flight / latency: 64, the in-flight count of the aiohttp peer in the benchmarks,
 /// keeps the local plateau and does not starve a remote one. A rate-limited server is not
-/// flooded by it: the batch's `Pacer` holds every request to the rate the 429s reveal. The
+/// flooded by it: the client's `Pacer` holds every request to the rate the 429s reveal. The
 /// windows kept ready (2 x this many requests) cost about 20 kB each.
 pub const DEFAULT_CONCURRENCY: usize = 64;
 pub const MAX_CONCURRENCY: usize = 1024;
@@ -55,14 +55,13 @@ pub struct BatchOutcome {
     pub failures: Vec<(usize, Error)>,
     /// Windows never sent because the batch stopped, ascending.
     pub not_sent: Vec<usize>,
-    /// The window whose error stopped the batch, if one did.
+    /// The first window whose error stopped the batch, if one did.
     pub stopped_by: Option<usize>,
 }
 
 pub struct Batch {
     transport: Transport,
     permits: Arc<Semaphore>,
-    pacer: Pacer,
     concurrency: usize,
     /// Windows submitted but not finished beyond which the caller waits (`room`); 0 until the
     /// first window says how many requests a window takes.
@@ -71,7 +70,8 @@ pub struct Batch {
     vectors: Mutex<Vec<f32>>,
     failures: Mutex<BTreeMap<usize, Error>>,
     not_sent: Mutex<Vec<usize>>,
-    /// Set once, by the first window whose error [`stops_the_batch`].
+    /// Set once, by the first window to finish with an error that [`stops_the_batch`] (the
+    /// outcome names the lowest such index).
     stopped_by: OnceLock<usize>,
     submitted: AtomicUsize,
     finished: AtomicUsize,
@@ -87,7 +87,6 @@ impl Batch {
         Arc::new(Batch {
             transport,
             permits: Arc::new(Semaphore::new(concurrency)),
-            pacer: Pacer::default(),
             concurrency,
             capacity: AtomicUsize::new(0),
             channels: Mutex::new(None),
@@ -125,9 +124,12 @@ impl Batch {
     }
 
     /// The window whose error stopped the batch: nothing is sent after it, and the caller
-    /// should submit no more.
+    /// should submit no more. The first such window by index, not the one that happened to
+    /// finish first: windows in flight together often fail alike, and the message names it.
     pub fn stopped_by(&self) -> Option<usize> {
-        self.stopped_by.get().copied()
+        let first_to_finish = *self.stopped_by.get()?;
+        let failures = self.failures.lock();
+        Some(failures.iter().find(|(_, err)| stops_the_batch(err)).map_or(first_to_finish, |(i, _)| *i))
     }
 
     /// Checks a window against the first one (every window needs the same channel count) and
@@ -246,7 +248,7 @@ impl Batch {
                     let raw = transport.body(response).await?;
                     parse_embeddings(&raw, Some(rows)).map(|(matrix, _, _)| matrix.data)
                 },
-                Some(&self.pacer),
+                Some(transport.pacer()),
             )
             .await;
         Some(answer)
@@ -271,20 +273,22 @@ impl Batch {
     /// to reach 0 first). Leaves the batch empty.
     pub fn take_outcome(&self) -> BatchOutcome {
         let channels = self.channels.lock().unwrap_or(0);
+        let stopped_by = self.stopped_by();
         let mut vectors = std::mem::take(&mut *self.vectors.lock());
         // Rows for failed windows after the last one sent.
         vectors.resize(self.submitted() * channels * EMBEDDING_DIM, f32::NAN);
-        let failures = std::mem::take(&mut *self.failures.lock()).into_iter().collect();
+        let failures: Vec<(usize, Error)> = std::mem::take(&mut *self.failures.lock()).into_iter().collect();
         let mut not_sent = std::mem::take(&mut *self.not_sent.lock());
         not_sent.sort_unstable();
-        BatchOutcome { windows: self.submitted(), channels, vectors, failures, not_sent, stopped_by: self.stopped_by() }
+        BatchOutcome { windows: self.submitted(), channels, vectors, failures, not_sent, stopped_by }
     }
 }
 
 /// Whether `err` says nothing about the window and everything about the call, so every window
 /// after it would fail the same way: the key refused (401) or not allowed (403), an address with
 /// no encoder behind it (404), an unknown model (400 `invalid_model_version`), a model that is
-/// not an encoder, or a client without its configuration. Sending the rest would only repeat the
+/// not an encoder, an address where no connection can be made, or a client without its
+/// configuration. Sending the rest would only repeat the
 /// error (a typo in the model name would cost 4,000 requests, and an iterator would be read to
 /// its end for nothing). A failure that depends on the window or on the moment (a 413 for one
 /// body's size, a 5xx or 429 after its retries, a failed query) leaves the others running.
@@ -295,7 +299,9 @@ fn stops_the_batch(err: &Error) -> bool {
                 || (api.status == 400 && api.errors.iter().any(|e| e.code.as_deref() == Some("invalid_model_version")))
         }
         Error::InvalidArgument { argument, .. } => argument == "model",
-        Error::Config(_) => true,
+        // Nothing listening, no such host, a TLS handshake refused: after its retries, the next
+        // window's connection would fail the same way.
+        Error::Unreachable { .. } | Error::Config(_) => true,
         _ => false,
     }
 }
@@ -325,6 +331,7 @@ mod tests {
             api(400, &envelope("invalid_model_version")),
             Error::invalid_argument("model", "answered with text, not embeddings"),
             Error::Config("no API key".into()),
+            Error::Unreachable { message: "connection refused".into() },
         ] {
             assert!(stops_the_batch(&stops), "{stops}");
         }

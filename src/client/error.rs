@@ -24,6 +24,10 @@ pub enum Error {
     /// No response: refused, reset, DNS, TLS, or the connection dropped mid-body.
     #[error("connection error: {message}")]
     Connection { message: String },
+    /// No connection could be made (refused, DNS, TLS handshake): the request never left. Every
+    /// request to that address fails the same way until something is listening there.
+    #[error("connection error: {message}")]
+    Unreachable { message: String },
     /// A timeout fired (connect, per-attempt, or a stalled body).
     #[error("request timed out: {message}")]
     Timeout { message: String },
@@ -75,7 +79,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Api(api) => api.is_retryable(),
-            Error::Connection { .. } | Error::Timeout { .. } => true,
+            Error::Connection { .. } | Error::Unreachable { .. } | Error::Timeout { .. } => true,
             _ => false,
         }
     }
@@ -102,6 +106,7 @@ impl Error {
                 Error::Api(api)
             }
             Error::Connection { message } => Error::Connection { message: text(message) },
+            Error::Unreachable { message } => Error::Unreachable { message: text(message) },
             Error::Timeout { message } => Error::Timeout { message: text(message) },
             Error::QueryFailed { query_id, error_msg, mut response } => {
                 key.redact_value(&mut response);

@@ -141,6 +141,9 @@ pub struct Transport {
     /// What `http` came from, with the lanes of blocking calls; kept alive by every transport
     /// that uses it.
     pool: Arc<Pool>,
+    /// The server's rate as this client's `embed_many` batches learnt it, shared by the copies of
+    /// the transport so concurrent batches pace together.
+    pacer: Arc<Pacer>,
 }
 
 /// The connections of one connect timeout: an HTTP client on the shared runtime, and the lanes
@@ -239,7 +242,12 @@ impl Transport {
             value
         });
         let http = pool.http.clone().ok_or_else(|| Error::Config("the connection pool is gone".into()))?;
-        Ok(Transport { http, config: Arc::new(config), query_url, authorization, pool })
+        Ok(Transport { http, config: Arc::new(config), query_url, authorization, pool, pacer: Arc::default() })
+    }
+
+    /// The pacing shared by this client's concurrent batches (`execute_paced`).
+    pub fn pacer(&self) -> &Pacer {
+        &self.pacer
     }
 
     /// The lanes blocking calls of this transport run on (see `crate::client::lanes`).
@@ -290,9 +298,10 @@ impl Transport {
         let mut lost_response = false;
         loop {
             attempt += 1;
-            if let Some(pacer) = pacer {
-                pacer.admit(attempt > 1).await;
-            }
+            let ticket = match pacer {
+                Some(pacer) => Some(pacer.admit(attempt).await),
+                None => None,
+            };
             log::debug!("{} {} attempt {}", call.method, call.url, attempt);
             let (outcome, sent) = match self.attempt(call, attempt).await {
                 Ok(response) => (read(response).await, true),
@@ -306,13 +315,14 @@ impl Transport {
             // Before anything logs or returns it: the server may have echoed the key.
             let outcome = outcome.map_err(|err| err.redacted(&self.config.api_key));
             // No answer to a request that may have reached the server: it may have been acted on.
+            // (A connection never made, `Error::Unreachable`, comes unsent.)
             let lost = sent && matches!(outcome, Err(Error::Connection { .. } | Error::Timeout { .. }));
             lost_response |= lost;
-            if let Some(pacer) = pacer {
+            if let (Some(pacer), Some(ticket)) = (pacer, ticket) {
                 match &outcome {
                     Ok(_) => pacer.succeeded(),
                     Err(Error::Api(api)) if api.status == 429 => {
-                        pacer.rate_limited(std::time::Instant::now(), api.retry_after)
+                        pacer.rate_limited(ticket, std::time::Instant::now(), api.retry_after)
                     }
                     Err(_) => {}
                 }
@@ -548,6 +558,8 @@ impl Transport {
             Error::Timeout { message: format!("{} {}: {}", call.method, call.url, detail) }
         } else if err.is_builder() {
             Error::invalid_argument("base_url", format!("cannot build a request to {}: {}", call.url, detail))
+        } else if err.is_connect() {
+            Error::Unreachable { message: format!("{} {}: {}", call.method, call.url, detail) }
         } else {
             Error::Connection { message: format!("{} {}: {}", call.method, call.url, detail) }
         }
@@ -1019,7 +1031,7 @@ mod tests {
         });
         let transport = transport_to(&format!("https://127.0.0.1:{port}/v0.5"), 2);
         let result = transport.json::<serde_json::Value>(&create(&transport)).await;
-        assert!(matches!(&result, Err(Error::Connection { .. })), "{result:?}");
+        assert!(matches!(&result, Err(Error::Unreachable { .. })), "{result:?}");
         assert_eq!(connections.load(Ordering::SeqCst), 3, "{result:?}");
     }
 
