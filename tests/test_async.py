@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+import sensorium
 from _helpers import ENCODER, REASONER, calls
 from sensorium import AsyncPager, Embeddings, FileRecord, QueryResult, events
 from sensorium.errors import (
@@ -231,3 +232,41 @@ async def test_cancelling_a_download_cancels_the_transfer(emu, aclient, tmp_path
     assert list(folder.iterdir()) == []
     out = await aclient.files.download("big.png", folder)
     assert out.stat().st_size == 5_000_004
+
+
+def test_async_resource_methods_are_coroutine_functions_as_their_stubs_say():
+    """The stubs declare `async def files.metadata(...)` and the like, but at runtime they were
+    plain methods returning an awaitable: `inspect.iscoroutinefunction` said False (frameworks
+    dispatch on it). Every method of every Async* class in the stubs is checked against them."""
+    import ast
+    import importlib
+    import inspect
+    from pathlib import Path
+
+    stubs = Path(sensorium.__file__).parent / "resources"
+    checked = 0
+    for stub in sorted(stubs.glob("*.pyi")):
+        module = importlib.import_module(f"sensorium.resources.{stub.stem}")
+        for node in ast.parse(stub.read_text()).body:
+            if not (isinstance(node, ast.ClassDef) and node.name.startswith("Async")):
+                continue
+            cls = getattr(module, node.name)
+            for method in node.body:
+                if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and not method.name.startswith("_"):
+                    declared = isinstance(method, ast.AsyncFunctionDef)
+                    actual = inspect.iscoroutinefunction(getattr(cls, method.name))
+                    assert actual == declared, f"{node.name}.{method.name}: stub async={declared}, runtime {actual}"
+                    checked += 1
+    assert checked > 80
+
+
+def test_a_bad_argument_to_an_async_resource_method_is_raised_where_it_is_awaited(emu):
+    """`client.files.metadata(5)` on AsyncClient raised TypeError at the call, before any await,
+    unlike `AsyncClient.query(5, ...)`; now both raise when awaited."""
+    client = sensorium.AsyncClient(api_key=emu.api_key, base_url=emu.base_url)
+    pending = client.files.metadata(5)  # no exception here
+    with pytest.raises(TypeError, match="^file_id: "):
+        asyncio.run(pending)
+    unawaited = client.agents.blueprints.get("")
+    unawaited.close()  # never awaited: closing it leaves no warning
+    assert len(emu.requests) == 0

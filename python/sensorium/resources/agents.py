@@ -20,7 +20,9 @@ import yaml
 from .._downloads import download_listed
 from .._arguments import StrPath, flag, folder, mapping, one_of, string, text
 from .._arguments import limit as page_size
-from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, cursor_walk, query, segment
+from .._endpoints import (
+    CollectList, ListRequest, Operation, Request, Resource, Runner, awaited, cursor_walk, query, segment,
+)
 from .._progress import ProgressCallback
 from .._waiting import ended_in, wait_for, with_status
 from ..errors import ConflictError, InvalidArgumentError
@@ -619,26 +621,32 @@ class Nodes(Resource):
 
 # The resources of `async_client.agents`: the same methods, which return awaitables and async
 # pagers there (the runner decides); the classes exist so that the stubs' names are real.
+@awaited("create", "get", "delete")
 class AsyncBlueprints(Blueprints):
     """``async_client.agents.blueprints``."""
 
 
+@awaited("create", "get", "delete", "run")
 class AsyncBundles(Bundles):
     """``async_client.agents.bundles``."""
 
 
+@awaited("get", "delete", "pause", "resume", "cancel", "query", "wait", "download_results")
 class AsyncInstances(Instances):
     """``async_client.agents.instances``."""
 
 
+@awaited("create", "get", "delete", "cancel", "wait")
 class AsyncEvals(Evals):
     """``async_client.agents.evals``."""
 
 
+@awaited("create", "get", "delete", "cancel", "promote", "wait")
 class AsyncOptimizations(Optimizations):
     """``async_client.agents.optimizations``."""
 
 
+@awaited("registry")
 class AsyncNodes(Nodes):
     """``async_client.agents.nodes``."""
 

@@ -17,7 +17,9 @@ from typing import Any, Mapping, Optional
 from .._arguments import StrPath, flag, folder, mapping, string, text
 from .._arguments import limit as page_size
 from .._downloads import download_listed
-from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, query, segment, warn_caller
+from .._endpoints import (
+    CollectList, ListRequest, Operation, Request, Resource, Runner, awaited, query, segment, warn_caller,
+)
 from .._progress import ProgressCallback
 from .._waiting import wait_for
 from ..errors import ConflictError, InvalidArgumentError, JobFailedError, SensoriumError
@@ -225,10 +227,13 @@ class Pipelines(Resource):
 
 # The resources of `async_client.batch`: the same methods, which return awaitables and async
 # pagers there (the runner decides); the classes exist so that the stubs' names are real.
+@awaited("create", "get", "delete", "retry", "cancel", "queue", "download_outputs", "progress", "failed_inputs",
+         "wait")
 class AsyncJobs(Jobs):
     """``async_client.batch.jobs``."""
 
 
+@awaited("get", "schema")
 class AsyncPipelines(Pipelines):
     """``async_client.batch.pipelines``."""
 

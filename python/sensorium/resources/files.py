@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
-from .._endpoints import ListRequest, Native, Request, Resource, query, segment
+from .._endpoints import ListRequest, Native, Request, Resource, awaited, query, segment
 from .._arguments import StrPath, count, flag, local_path, text, utf8_text
 from .._progress import ProgressCallback
 from ..errors import InvalidArgumentError
@@ -221,5 +221,6 @@ class Files(Resource):
         return self._call(Request("DELETE", f"/files/delete/{_file_id(file_id)}", cast=FileRecord.from_dict))
 
 
+@awaited("upload", "abort_upload", "upload_base64", "metadata", "info", "download", "delete")
 class AsyncFiles(Files):
     """``Files`` with awaitables. See :class:`Files` for each method."""

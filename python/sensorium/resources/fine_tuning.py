@@ -16,7 +16,9 @@ from typing import Any, Optional
 
 from .._arguments import limit as page_size
 from .._arguments import string, text
-from .._endpoints import CollectList, ListRequest, Operation, Request, Resource, Runner, cursor_walk, query, segment
+from .._endpoints import (
+    CollectList, ListRequest, Operation, Request, Resource, Runner, awaited, cursor_walk, query, segment,
+)
 from .._waiting import wait_for
 from ..errors import InvalidArgumentError, JobFailedError, SensoriumError
 from ..fine_tuning import check_job
@@ -161,6 +163,7 @@ class FineTuningJobs(Resource):
         return figure
 
 
+@awaited("create", "get", "cancel", "pause", "resume", "metrics", "wait")
 class AsyncFineTuningJobs(FineTuningJobs):
     """``async_client.fine_tuning.jobs``: the same methods, which return awaitables and async
     pagers there (the runner decides); the class exists so that the stub's name is real."""

@@ -23,7 +23,7 @@ import yaml
 
 from .._arguments import flag, mapping, text
 from .._core import NumericEvent
-from .._endpoints import Native, Operation, Request, Resource, Runner, query, segment
+from .._endpoints import Native, Operation, Request, Resource, Runner, awaited, query, segment
 from .._numeric import as_channels
 from .._waiting import wait_for
 from ..errors import InvalidArgumentError, LensEventError, SensoriumError
@@ -248,6 +248,7 @@ class Sessions(Resource):
         return socket
 
 
+@awaited("create", "destroy", "info", "metadata", "process_event", "wait_until_running")
 class AsyncSessions(Sessions):
     """``async_client.lens.sessions``."""
 
@@ -306,6 +307,7 @@ class LensRuntime(Resource):
         return self._call(Request("GET", "/lens/metadata", cast=_lenses))
 
 
+@awaited("register", "clone", "modify", "delete", "info", "metadata")
 class AsyncLensRuntime(LensRuntime):
     """``async_client.lens``."""
 
@@ -541,6 +543,8 @@ class AsyncSocketOpener:
             await self._socket.close()
 
 
+@awaited("send", "status", "validate", "read", "update", "modify", "set_input_stream", "set_output_stream",
+         "model_query", "destroy", "close")
 class AsyncSessionSocket(SessionSocket):
     """``SessionSocket`` whose calls are awaited; ``async with`` closes it."""
 
