@@ -163,6 +163,8 @@ pub async fn upload(
             progress,
         },
         streaming: true,
+        // A repeat after a lost answer meets a 409, which `resolve_lost_response` settles.
+        repeatable: true,
         ..Call::new(Method::POST, transport.config.url("/files"))
     };
     let result = transport.json::<FileOpResponse>(&call).await;
@@ -232,6 +234,7 @@ pub async fn upload_base64(transport: &Transport, name: &str, data: &[u8], conte
             mime,
             data: Bytes::from(encoded),
         },
+        repeatable: true, // as for `/files`: a repeat's 409 is settled by the stored content
         ..Call::new(Method::POST, transport.config.url("/files/base64"))
     };
     let result = transport.json::<FileOpResponse>(&call).await;

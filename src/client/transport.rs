@@ -67,11 +67,11 @@ pub struct Call {
     /// may have reached the server (a connection error once the request may have been written, a
     /// timeout, a body cut off): that failure comes back as [`Error::NotRepeated`]. Failures that
     /// prove nothing was done are retried for every call: a connect-phase error (refused, DNS,
-    /// TLS), and the statuses of the retry rule (the server answered). `Call::new` leaves it
-    /// `true`: the dedicated paths are safe to repeat by design (`/query` and embeddings change
-    /// nothing; uploads settle a repeat's 409 themselves, and their parts are PUTs). Calls
-    /// described per endpoint ([`crate::client::endpoint::JsonCall`]) set it from
-    /// [`safe_to_repeat`] and their caller's mark.
+    /// TLS), and the statuses of the retry rule (the server answered). `Call::new` sets it from
+    /// the method ([`safe_to_repeat`]), so a new POST path is safe by default; the dedicated POST
+    /// paths that are harmless to repeat mark themselves (`/query` and embeddings change nothing;
+    /// uploads settle a repeat's 409 themselves), as do the per-endpoint calls their caller
+    /// marks ([`crate::client::endpoint::JsonCall`]).
     pub repeatable: bool,
 }
 
@@ -101,6 +101,7 @@ pub const MIN_ATTEMPT: Duration = Duration::from_secs(1);
 impl Call {
     pub fn new(method: Method, url: String) -> Self {
         Call {
+            repeatable: safe_to_repeat(&method),
             method,
             url,
             query: Vec::new(),
@@ -110,7 +111,6 @@ impl Call {
             headers: Vec::new(),
             parsed_url: None,
             deadline: None,
-            repeatable: true,
         }
     }
 
@@ -263,7 +263,12 @@ impl Transport {
 
     /// A POST of `body` to `/query`, its URL parsed once for the transport's life.
     pub fn query_call(&self, body: Bytes) -> Call {
-        Call { parsed_url: Some(self.query_url.clone()), ..Call::post_json(self.query_url.as_str().to_owned(), body) }
+        // A repeated query changes nothing on the platform: safe to send again after a lost answer.
+        Call {
+            parsed_url: Some(self.query_url.clone()),
+            repeatable: true,
+            ..Call::post_json(self.query_url.as_str().to_owned(), body)
+        }
     }
 
     /// A copy with another configuration that shares the connection pool, unless the
@@ -964,6 +969,11 @@ mod tests {
             assert!(safe_to_repeat(&method), "{method}");
         }
         assert!(!safe_to_repeat(&Method::POST) && !safe_to_repeat(&Method::PATCH));
+        // A call built anywhere follows its method unless its path marks it; /query is marked.
+        assert!(!Call::post_json("http://127.0.0.1:9/v0.5/x".into(), Bytes::new()).repeatable);
+        assert!(Call::get("http://127.0.0.1:9/v0.5/x".into()).repeatable);
+        let config = ClientConfig::resolve(Some("sk-test".into()), Some("http://127.0.0.1:9/v0.5".into()), |_| None).unwrap();
+        assert!(Transport::new(config).unwrap().query_call(Bytes::new()).repeatable);
     }
 
     #[tokio::test]

@@ -100,7 +100,11 @@ pub struct DirectUploadResult {
 fn post_json<T: Serialize>(transport: &Transport, path: &str, body: &T) -> Result<Call, Error> {
     let bytes = serde_json::to_vec(body)
         .map_err(|e| Error::invalid_argument("body", format!("cannot be serialised: {e}")))?;
-    Ok(Call::post_json(transport.config.url(path), Bytes::from(bytes)))
+    // Every POST of the upload protocol is safe to send again after a lost answer: a repeated
+    // initiate is offered the same unfinished upload, a repeated complete's 409 is settled by
+    // comparing the stored content, a checkpoint records the same part again, and a URL refresh
+    // gives another URL.
+    Ok(Call { repeatable: true, ..Call::post_json(transport.config.url(path), Bytes::from(bytes)) })
 }
 
 /// `/files/uploads/{upload_id}{rest}`, the id (the server's, or one read back from a resume
@@ -496,7 +500,8 @@ async fn checkpoint(transport: &Transport, upload_id: &str, token: &PartToken) {
 }
 
 pub async fn abort(transport: &Transport, upload_id: &str) -> Result<(), Error> {
-    let call = Call::new(Method::POST, transport.config.url(&upload_path(upload_id, "/abort")?));
+    // Aborting twice is harmless.
+    let call = Call { repeatable: true, ..Call::new(Method::POST, transport.config.url(&upload_path(upload_id, "/abort")?)) };
     transport.json::<serde_json::Value>(&call).await.map(|_| ())
 }
 
