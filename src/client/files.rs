@@ -344,23 +344,11 @@ pub async fn download_call(
                 };
                 let mut stream = response.bytes_stream();
                 let mut written: u64 = 0;
-                loop {
-                    let next = tokio::time::timeout(stall, stream.next()).await.map_err(|_| Error::Timeout {
-                        message: format!("download of {file_id} stalled: no data for {}", seconds(stall)),
-                    })?;
-                    match next {
-                        Some(Ok(chunk)) => {
-                            sink.write(&chunk).await?;
-                            written += chunk.len() as u64;
-                            progress.add(chunk.len() as u64);
-                        }
-                        Some(Err(e)) => {
-                            return Err(Error::Connection {
-                                message: format!("download of {file_id} broke off after {written} bytes: {}", error_chain(&e)),
-                            })
-                        }
-                        None => break,
-                    }
+                let what = format!("download of {file_id}");
+                while let Some(chunk) = next_piece(&mut stream, stall, &what, written).await? {
+                    sink.write(&chunk).await?;
+                    written += chunk.len() as u64;
+                    progress.add(chunk.len() as u64);
                 }
                 if let Some(n) = expected {
                     if n != written {
@@ -405,6 +393,22 @@ impl Sink {
             Sink::File(partial, file) => file.write_all(chunk).await.map_err(|e| Error::io(&partial.shown, e)),
         }
     }
+}
+
+/// The next piece of a download's body, `None` at its end. Silence for `stall` is a timeout and
+/// a body that breaks off a connection error, each naming `what` and the bytes it got (`so_far`).
+pub(crate) async fn next_piece(
+    stream: &mut (impl futures_util::Stream<Item = reqwest::Result<Bytes>> + Unpin),
+    stall: std::time::Duration,
+    what: &str,
+    so_far: u64,
+) -> Result<Option<Bytes>, Error> {
+    let next = tokio::time::timeout(stall, stream.next())
+        .await
+        .map_err(|_| Error::Timeout { message: format!("{what} stalled: no data for {}", seconds(stall)) })?;
+    next.transpose().map_err(|e| Error::Connection {
+        message: format!("{what} broke off after {so_far} bytes: {}", error_chain(&e)),
+    })
 }
 
 /// Writes `bytes` to a temporary file in `dir`, fsyncs it and renames it to `dest`: atomic, in

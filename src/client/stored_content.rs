@@ -7,12 +7,11 @@
 
 use std::path::Path;
 
-use futures_util::StreamExt;
 use tokio::io::AsyncReadExt;
 
-use super::error::{seconds, Error};
-use super::files::file_url;
-use super::transport::{error_chain, Call, Transport};
+use super::error::Error;
+use super::files::{file_url, next_piece};
+use super::transport::{Call, Transport};
 
 /// The local side of a comparison.
 #[derive(Debug, Clone, Copy)]
@@ -80,28 +79,14 @@ pub async fn matches(transport: &Transport, file_id: &str, local: Local<'_>) -> 
             let mut scratch = Vec::new();
             let mut stream = response.bytes_stream();
             let mut compared: u64 = 0;
-            loop {
-                let next = tokio::time::timeout(stall, stream.next()).await.map_err(|_| Error::Timeout {
-                    message: format!("download of {file_id} for comparison stalled: no data for {}", seconds(stall)),
-                })?;
-                match next {
-                    Some(Ok(chunk)) => {
-                        if !reader.next_equals(&chunk, &mut scratch).await? {
-                            return Ok(false);
-                        }
-                        compared += chunk.len() as u64;
-                    }
-                    Some(Err(e)) => {
-                        return Err(Error::Connection {
-                            message: format!(
-                                "download of {file_id} for comparison broke off after {compared} bytes: {}",
-                                error_chain(&e)
-                            ),
-                        })
-                    }
-                    None => return reader.at_end().await,
+            let what = format!("download of {file_id} for comparison");
+            while let Some(chunk) = next_piece(&mut stream, stall, &what, compared).await? {
+                if !reader.next_equals(&chunk, &mut scratch).await? {
+                    return Ok(false);
                 }
+                compared += chunk.len() as u64;
             }
+            reader.at_end().await
         })
         .await
 }
