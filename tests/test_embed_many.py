@@ -5,6 +5,7 @@ iterators, Ctrl-C. Every behaviour runs on both clients (``client_kind``)."""
 from __future__ import annotations
 
 import _thread
+import contextlib
 import asyncio
 import pickle
 import threading
@@ -15,6 +16,7 @@ import pytest
 from _helpers import ENCODER, REASONER, body_json, calls, run_on
 from sensorium.errors import (
     APIConnectionError,
+    APITimeoutError,
     AuthenticationError,
     BadRequestError,
     EmbedManyError,
@@ -560,12 +562,28 @@ def test_the_stop_message_names_the_first_window_that_stopped_the_batch(emu, cli
     assert str(err).startswith(f"embed_many stopped at windows[{err.failed[0]}]:"), str(err)
 
 
-def test_an_address_with_nothing_listening_stops_the_batch(client_kind):
+@contextlib.contextmanager
+def _dead_address(kind):
+    """A base URL where no connection can be made: nothing listening there (refused at once), or a
+    listener whose one-place queue is taken and which never accepts, so the kernel drops every
+    further attempt as a firewall that drops packets does (each connection times out)."""
     import socket
 
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    if kind == "refused":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        yield f"http://127.0.0.1:{port}", APIConnectionError
+        return
+    with socket.socket() as listener, socket.socket() as queued:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        queued.connect(listener.getsockname())
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", APITimeoutError
+
+
+@pytest.mark.parametrize("kind", ["refused", "connect-timeout"])
+def test_an_address_where_no_connection_can_be_made_stops_the_batch(client_kind, kind):
     read = []
 
     def windows():
@@ -573,11 +591,11 @@ def test_an_address_with_nothing_listening_stops_the_batch(client_kind):
             read.append(i)
             yield MANY[i]
 
-    with pytest.raises(EmbedManyError) as info:
+    with _dead_address(kind) as (base_url, cause), pytest.raises(EmbedManyError) as info:
         run_on(client_kind, lambda c: c.embed_many(ENCODER, windows(), concurrency=4),
-               api_key="k-local", base_url=f"http://127.0.0.1:{port}", max_retries=1)
+               api_key="k-local", base_url=base_url, connect_timeout=0.2, max_retries=1)
     err = info.value
-    assert isinstance(err.__cause__, APIConnectionError)
+    assert type(err.__cause__) is cause, repr(err.__cause__)
     assert len(read) <= 2 * 4 + 1, "the iterator is not read on once nothing can be sent"
     assert err.not_sent and set(err.not_sent) <= set(err.failed) and err.failed == list(range(len(read)))
     assert "stopped at windows[0]" in str(err)

@@ -409,3 +409,24 @@ def test_a_connection_error_on_a_call_safe_to_repeat_does_not_say_it_was_not_rep
             list(client.models.list())
     assert info.value.may_have_been_processed is False
     assert "not repeated" not in str(info.value)
+
+
+@pytest.mark.filterwarnings("ignore:the lens runtime is deprecated")
+def test_a_connect_timeout_is_a_timeout_that_never_reached_the_server(client_kind):
+    """No answer to connecting (an address that drops packets): nothing was sent, so even a POST
+    that creates something is retried, and the error says so (``may_have_been_processed`` False)."""
+    import socket
+
+    from _helpers import run_on
+
+    with socket.socket() as listener, socket.socket() as queued:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        queued.connect(listener.getsockname())  # takes the queue's one place; nothing is accepted
+        base_url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        with pytest.raises(APITimeoutError) as info:
+            run_on(client_kind, lambda c: c.lens.register("echo", model_pipeline=LENS_PIPELINE),
+                   api_key="k-local", base_url=base_url, connect_timeout=0.2, max_retries=1)
+    assert info.value.may_have_been_processed is False
+    assert "timed out" in str(info.value) and "not repeated" not in str(info.value)
+    assert "k-local" not in str(info.value)

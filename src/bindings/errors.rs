@@ -49,8 +49,12 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
             kwargs.set_item("retry_after", api.retry_after.map(|d| d.as_secs_f64()))?;
             errors.getattr("_api_error")?.call((message,), Some(&kwargs))?
         }
-        Error::Connection { .. } | Error::Unreachable { .. } => errors.getattr("APIConnectionError")?.call1((message,))?,
-        Error::Timeout { .. } => errors.getattr("APITimeoutError")?.call1((message,))?,
+        Error::Connection { .. } | Error::Unreachable { timed_out: false, .. } => {
+            errors.getattr("APIConnectionError")?.call1((message,))?
+        }
+        Error::Timeout { .. } | Error::Unreachable { timed_out: true, .. } => {
+            errors.getattr("APITimeoutError")?.call1((message,))?
+        }
         Error::InvalidArgument { argument, .. } => {
             let kwargs = PyDict::new(py);
             kwargs.set_item("argument", argument)?;

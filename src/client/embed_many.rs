@@ -299,8 +299,9 @@ fn stops_the_batch(err: &Error) -> bool {
                 || (api.status == 400 && api.errors.iter().any(|e| e.code.as_deref() == Some("invalid_model_version")))
         }
         Error::InvalidArgument { argument, .. } => argument == "model",
-        // Nothing listening, no such host, a TLS handshake refused: after its retries, the next
-        // window's connection would fail the same way.
+        // Nothing listening, no such host, a TLS handshake refused, no answer to connecting (an
+        // address that drops packets): after its retries, the next window's connection would
+        // fail the same way, after as long a wait.
         Error::Unreachable { .. } | Error::Config(_) => true,
         _ => false,
     }
@@ -331,7 +332,8 @@ mod tests {
             api(400, &envelope("invalid_model_version")),
             Error::invalid_argument("model", "answered with text, not embeddings"),
             Error::Config("no API key".into()),
-            Error::Unreachable { message: "connection refused".into() },
+            Error::Unreachable { message: "connection refused".into(), timed_out: false },
+            Error::Unreachable { message: "connect timed out".into(), timed_out: true },
         ] {
             assert!(stops_the_batch(&stops), "{stops}");
         }

@@ -24,10 +24,11 @@ pub enum Error {
     /// No response: refused, reset, DNS, TLS, or the connection dropped mid-body.
     #[error("connection error: {message}")]
     Connection { message: String },
-    /// No connection could be made (refused, DNS, TLS handshake): the request never left. Every
-    /// request to that address fails the same way until something is listening there.
-    #[error("connection error: {message}")]
-    Unreachable { message: String },
+    /// No connection could be made (refused, DNS, TLS handshake, or no answer to connecting
+    /// within the connect timeout: `timed_out`): the request never left. Every request to that
+    /// address fails the same way until something answers there.
+    #[error("{}: {message}", if *.timed_out { "request timed out" } else { "connection error" })]
+    Unreachable { message: String, timed_out: bool },
     /// A timeout fired (connect, per-attempt, or a stalled body).
     #[error("request timed out: {message}")]
     Timeout { message: String },
@@ -106,7 +107,7 @@ impl Error {
                 Error::Api(api)
             }
             Error::Connection { message } => Error::Connection { message: text(message) },
-            Error::Unreachable { message } => Error::Unreachable { message: text(message) },
+            Error::Unreachable { message, timed_out } => Error::Unreachable { message: text(message), timed_out },
             Error::Timeout { message } => Error::Timeout { message: text(message) },
             Error::QueryFailed { query_id, error_msg, mut response } => {
                 key.redact_value(&mut response);

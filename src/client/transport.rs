@@ -559,12 +559,17 @@ impl Transport {
 
     fn send_error(&self, call: &Call, err: reqwest::Error) -> Error {
         let detail = error_chain(&err);
-        if err.is_timeout() {
+        // A connect timeout is both: it counts as no connection made (nothing was sent, and a
+        // batch stops on it), and is still told to the caller as a timeout.
+        if err.is_connect() {
+            Error::Unreachable {
+                message: format!("{} {}: {}", call.method, call.url, detail),
+                timed_out: err.is_timeout(),
+            }
+        } else if err.is_timeout() {
             Error::Timeout { message: format!("{} {}: {}", call.method, call.url, detail) }
         } else if err.is_builder() {
             Error::invalid_argument("base_url", format!("cannot build a request to {}: {}", call.url, detail))
-        } else if err.is_connect() {
-            Error::Unreachable { message: format!("{} {}: {}", call.method, call.url, detail) }
         } else {
             Error::Connection { message: format!("{} {}: {}", call.method, call.url, detail) }
         }
