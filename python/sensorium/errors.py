@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import json as _json
 from dataclasses import dataclass
 from typing import Any
 
@@ -315,6 +316,14 @@ class APIResponseValidationError(APIError):
     def __init__(self, message: str, *, body: str = "") -> None:
         super().__init__(message)
         self.body = body
+
+
+def _answer_text(data: Any) -> str:
+    """A parsed answer as JSON text again (the whole of it, for ``APIResponseValidationError.body``)."""
+    try:
+        return _json.dumps(data, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(data)
 
 
 class QueryFailedError(APIError):
