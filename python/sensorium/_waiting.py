@@ -1,6 +1,7 @@
 """Waiting on long work (agent runs, evaluations, optimizations, fine-tuning and batch jobs),
 written once: poll with backoff, interruptible by Ctrl-C (blocking) or cancellation (asyncio),
-an optional tqdm line, a timeout, and the failure raised with its record."""
+an optional tqdm line, a timeout, and the failure raised with its record; and canceling it,
+where a repeated cancel's 409 is settled by the record."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from ._arguments import flag
 from ._endpoints import Operation, Request, Scrub, Sleep
 from .errors import (
     AgentRunError,
+    APIError,
+    APIStatusError,
+    ConflictError,
     InvalidArgumentError,
     SensoriumError,
     WaitTimeoutError,
@@ -56,6 +60,36 @@ def with_status(record: R, status: str) -> R:
     attribute and JSON disagreed would tell a caller who saves ``to_dict()`` the stale status)."""
     rebuilt: R = type(record).from_dict({**record.to_dict(), "status": status})  # type: ignore[attr-defined]
     return rebuilt
+
+
+def _already_ended(error: APIStatusError) -> bool:
+    return isinstance(error, ConflictError)
+
+
+def canceling(cancel: Request[R], get: Callable[[], Request[R]], ok_if_terminal: bool, *,
+              status_of: Callable[[Any], str] = agent_status,
+              ended: Optional[Callable[[R], Operation[R]]] = None,
+              refused: Callable[[APIStatusError], bool] = _already_ended) -> Operation[R]:
+    """A cancel (``cancel`` must be ``repeatable``) whose "already ended" refusal (``refused``:
+    409 by default) is settled by the record ``get()`` reads (passed through ``ended``, which
+    may correct a lagging status). With ``ok_if_terminal`` any ended record is the answer. Without
+    it the refusal still reaches the caller, except when it follows a lost answer
+    (``after_lost_response``): the first attempt may have been the cancel that ended the work,
+    so a record that says canceled is returned, as that attempt's answer would have said; one
+    that ended otherwise (completed, failed) keeps the refusal."""
+    try:
+        answer: R = yield cancel
+        return answer
+    except APIStatusError as e:
+        if not refused(e) or not (ok_if_terminal or e.after_lost_response):
+            raise
+        refusal = e
+    current: R = yield get()
+    if ended is not None:
+        current = yield from ended(current)
+    if ok_if_terminal or status_of(current) == "canceled":
+        return current
+    raise refusal
 
 
 def progress_counts(record: Any) -> Optional[tuple[int, int]]:
