@@ -443,6 +443,9 @@ class Instances(Resource):
             from .._numeric import as_channels
 
             channels = as_channels(data, "data")
+            if 0 in channels.shape:  # as `[]` is refused, and as `embed` refuses it
+                raise InvalidArgumentError(f"data: is empty (shape {channels.shape}); a window needs at least one value "
+                                           "per channel", argument="data")
             body = {"type": "data.numeric_array", "event_data": {"contents": channels.reshape(
                 (1, -1) if channels.ndim == 1 else channels.shape).tolist()}}
         # A repeated query changes nothing, so a lost answer is asked for again.
@@ -459,9 +462,11 @@ class Instances(Resource):
     def wait(self, agent_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
         """Waits until the run ends and returns its final ``Agent``. Polls with backoff; Ctrl-C
         interrupts it. "Ended" is read from the status (``canceled`` and ``cancelled`` alike) and
-        from the terminal events in the logs, because the status is known to lag. A failed run
-        raises ``AgentRunError`` with the agent, its error and its last log lines; ``timeout``
-        raises ``WaitTimeoutError``.
+        from the terminal events in the logs, because the status is known to lag (a logs feed
+        that fails leaves the wait to the status). A failed run raises ``AgentRunError`` with the
+        agent, its error and its last log lines; when the logs show the failure before the record
+        does, the record is read again for up to 10 s, and if it still lags the error is the
+        failure's log line. ``timeout`` raises ``WaitTimeoutError``.
 
         >>> agent = client.agents.instances.wait(run.id, timeout=600, progress=True)  # doctest: +SKIP
         """
@@ -483,7 +488,10 @@ class Instances(Resource):
         [PosixPath('out/agt_..._output_line3.csv')]
         """
         listing = ListRequest(self._path(agent_id, "/results"), AgentResult.from_dict, surface="agents")
-        return self._drive(download_listed(listing, folder(directory), surface="agents",
+        # The listing is on the agents surface, but a relative ref (`/files/download/<name>`) is
+        # a files path, under the API's base URL: on the version-less agents mount the agents
+        # base has no `/v0.5` and the file is not there.
+        return self._drive(download_listed(listing, folder(directory), surface="api",
                                            concurrency=concurrency, on_progress=on_progress, progress=progress,
                                            argument="agent_id"))
 
