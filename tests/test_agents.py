@@ -25,6 +25,7 @@ from sensorium.errors import (
     AgentRunError,
     BadRequestError,
     ConflictError,
+    InternalServerError,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
@@ -390,6 +391,86 @@ def test_the_version_less_mount(agents_emu):
     with agents_emu.client(agents_base_url=root) as client:
         assert any(b.is_canonical for b in client.agents.bundles.list())
     assert any(r.path.startswith("/agents/bundles") for r in agents_emu.requests)
+
+
+def test_results_download_from_the_api_base_on_the_version_less_mount(agents_emu, run, tmp_path):
+    """A result ref `/files/download/<name>` is relative to the API's base URL; on the
+    version-less agents mount it was fetched under the agents base (no /v0.5) and 404'd."""
+    root = agents_emu.base_url.rsplit("/v0.5", 1)[0]
+    bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
+    started = run(lambda c: c.agents.bundles.run(bundle.id, file_id), agents_base_url=root)
+    run(lambda c: c.agents.instances.wait(started.id, timeout=30), agents_base_url=root)
+    paths = run(lambda c: c.agents.instances.download_results(started.id, tmp_path), agents_base_url=root)
+    with agents_emu.client() as client:
+        [result] = client.agents.instances.results(started.id)
+        assert paths == [tmp_path / result.filename]
+        assert paths[0].read_bytes() == client.files.download(result.filename, tmp_path / "direct").read_bytes()
+    assert [r.path for r in agents_emu.requests if "/files/download/" in r.path][0].startswith("/v0.5/files/")
+
+
+def _start(emu: Emulator, kind: str) -> Any:
+    """A running agent, evaluation or optimization."""
+    file_id = _upload(emu)
+    with emu.client() as c:
+        if kind == "instances":
+            return c.agents.bundles.run(c.agents.bundles.create("osm", name="x").id, file_id)
+        blueprint = c.agents.blueprints.get("osm").id
+        if kind == "evals":
+            return c.agents.evals.create(blueprint, [file_id])
+        return c.agents.optimizations.create(blueprint, objective="macro_f1", validation_examples=[file_id],
+                                             max_trials=2)
+
+
+@pytest.mark.parametrize("kind", ["instances", "evals", "optimizations"])
+def test_a_cancel_whose_answer_was_lost_returns_the_canceled_record(client_kind, kind):
+    """The first attempt canceled the work and its answer was cut off; the repeat met 409
+    already terminal, which reached the caller as ConflictError although the cancel succeeded."""
+    with Emulator(work_duration=30) as emu:
+        started = _start(emu, kind)
+        emu.inject("POST", f"/agents/{kind}/{started.id}/cancel", action="truncate", times=1)
+        canceled = run_on(client_kind, lambda c: getattr(c.agents, kind).cancel(started.id),
+                          api_key=emu.api_key, base_url=emu.base_url)
+        assert type(canceled) is type(started) and canceled.id == started.id and canceled.status == "canceled"
+        assert [r.status for r in emu.requests if r.path.endswith("/cancel")] == [200, 409]
+        # A 409 that answers a first attempt is still the caller's to see.
+        with pytest.raises(ConflictError):
+            run_on(client_kind, lambda c: getattr(c.agents, kind).cancel(started.id),
+                   api_key=emu.api_key, base_url=emu.base_url)
+
+
+def test_wait_goes_on_from_the_status_while_the_logs_feed_fails(agents_emu, run):
+    """Only the logs feed failed (500 on every try): wait raised InternalServerError, although the
+    record, its primary signal, read fine and said completed."""
+    bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
+    agents_emu.inject("GET", "/agents/instances/*/logs", status=500, times=None)
+    started = run(lambda c: c.agents.bundles.run(bundle.id, file_id))
+    assert run(lambda c: c.agents.instances.wait(started.id, timeout=30), max_retries=0).status == "completed"
+    agents_emu.fail_next_job("agent", error="boom")
+    failed = run(lambda c: c.agents.bundles.run(bundle.id, file_id))
+    with pytest.raises(AgentRunError) as info:
+        run(lambda c: c.agents.instances.wait(failed.id, timeout=30), max_retries=0)
+    assert info.value.error == "boom" and info.value.agent.status == "failed"
+    # The status poll failing is not hidden.
+    third = run(lambda c: c.agents.bundles.run(bundle.id, file_id))
+    agents_emu.inject("GET", f"/agents/instances/{third.id}", status=500, times=None)
+    with pytest.raises(InternalServerError):
+        run(lambda c: c.agents.instances.wait(third.id, timeout=30), max_retries=0)
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+def test_a_failure_reads_the_same_whether_or_not_the_status_lags(agents_emu, run, lag):
+    """With the status lagging, the failure was learned from the logs: AgentRunError.error was
+    the log line's 'Run failed: boom' (not 'boom'), and its agent had no error or completed_at."""
+    bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
+    agents_emu.lag_agent_status(lag)
+    agents_emu.fail_next_job("agent", error="boom")
+    started = run(lambda c: c.agents.bundles.run(bundle.id, file_id))
+    with pytest.raises(AgentRunError) as info:
+        run(lambda c: c.agents.instances.wait(started.id, timeout=30))
+    error = info.value
+    assert error.error == "boom" and error.agent.error == "boom" and error.agent.status == "failed"
+    assert error.agent.completed_at and error.agent.to_dict()["status"] == "failed"
+    assert error.logs[0].event_type == "job.failed"
 
 
 def test_removed_model_field_is_refused_before_sending(agents_emu):

@@ -17,6 +17,7 @@ from _helpers import run_on
 from _fake_server import FakeServer, response
 from sensorium.errors import (
     AgentRunError,
+    APIResponseValidationError,
     ConflictError,
     InvalidArgumentError,
     NotFoundError,
@@ -74,6 +75,9 @@ def ok(body: Any) -> Callable[[], bytes]:
                                                  max_trials=0), "max_trials"),
         (lambda c: c.agents.evals.create("blp_1", []), "examples"),
         (lambda c: c.agents.instances.wait("agt_1", timeout=-1), "timeout"),
+        (lambda c: c.agents.instances.query("agt_1", []), "data"),
+        (lambda c: c.agents.instances.query("agt_1", __import__("numpy").array([])), "data"),
+        (lambda c: c.agents.instances.query("agt_1", __import__("numpy").zeros((2, 0))), "data"),
     ],
 )
 def test_bad_arguments_are_refused_before_sending(emu, call, operation, argument):
@@ -213,7 +217,12 @@ def test_wait_returns_at_once_on_a_terminal_status(call, status):
         assert len(server.requests) == 1
 
 
-def test_a_failed_run_raises_with_the_agent_its_error_and_logs(call):
+def test_a_failed_run_raises_with_the_agent_its_error_and_logs(call, monkeypatch):
+    # The record never leaves "running" here: the failure is raised with the lagging record once
+    # the bounded re-reading of it ends (at once, with the bound at 0).
+    import sensorium._waiting
+
+    monkeypatch.setattr(sensorium._waiting, "FAILED_RECORD_SECONDS", 0.0)
     table = {"GET /v0.5/agents/instances/agt_1": ok({**AGENT, "status": "running"}),
              "GET /v0.5/agents/instances/agt_1/logs": ok(_logs("job.admitted", "job.started", "job.failed"))}
     with FakeServer(routes(table)) as server:
@@ -221,6 +230,29 @@ def test_a_failed_run_raises_with_the_agent_its_error_and_logs(call):
             call(server.base_url, lambda c: c.agents.instances.wait("agt_1"))
     assert info.value.agent.status == "failed" and info.value.error == "boom"
     assert "boom" in str(info.value) and info.value.logs[0].event_type == "job.failed"
+
+
+def test_a_failure_seen_in_the_record_carries_the_logs_as_they_stand(call):
+    """The record showed the failure in a round that read no logs: AgentRunError.logs were the
+    lines of an earlier round, without the run's own job.failed line."""
+    state = {"record_reads": 0}
+
+    def record() -> bytes:
+        state["record_reads"] += 1
+        failed = state["record_reads"] >= 2
+        body = {**AGENT, "status": "failed", "error": "boom"} if failed else AGENT
+        return response(200, json.dumps(body).encode())
+
+    def logs() -> bytes:
+        events = ["job.admitted", "job.started"] + (["job.failed"] if state["record_reads"] >= 2 else [])
+        return response(200, json.dumps(_logs(*events)).encode())
+
+    table = {"GET /v0.5/agents/instances/agt_1": record, "GET /v0.5/agents/instances/agt_1/logs": logs}
+    with FakeServer(routes(table)) as server:
+        with pytest.raises(AgentRunError) as info:
+            call(server.base_url, lambda c: c.agents.instances.wait("agt_1", timeout=30))
+    assert state["record_reads"] == 2, "the failure was seen in the record"
+    assert info.value.error == "boom" and [log.event_type for log in info.value.logs][0] == "job.failed"
 
 
 def test_wait_times_out_with_the_last_record(call):
@@ -243,6 +275,45 @@ def test_cancel_ok_if_terminal_turns_only_the_409_into_success(call):
         assert agent.status == "completed"
         with pytest.raises(NotFoundError):
             call(server.base_url, lambda c: c.agents.instances.cancel("agt_2", ok_if_terminal=True))
+
+
+@pytest.mark.parametrize("ended", ["canceled", "completed"])
+def test_a_409_after_a_lost_cancel_answer_is_settled_by_the_record(call, ended):
+    """The cancel's first answer was cut off and its repeat met 409: a canceled record means the
+    lost attempt was the cancel (the record, not ConflictError); a run that ended otherwise keeps
+    the 409."""
+    cancels = iter([response(200, b'{"id": "agt_1", "status": "canc', length=200),
+                    response(409, b'{"errors": [{"code": "conflict", "message": "Agent already terminal."}]}')])
+    table = {"POST /v0.5/agents/instances/agt_1/cancel": lambda: next(cancels),
+             "GET /v0.5/agents/instances/agt_1": ok({**AGENT, "status": ended})}
+    with FakeServer(routes(table)) as server:
+        if ended == "canceled":
+            agent = call(server.base_url, lambda c: c.agents.instances.cancel("agt_1"), max_retries=1)
+            assert isinstance(agent, Agent) and agent.status == "canceled"
+        else:
+            with pytest.raises(ConflictError) as info:
+                call(server.base_url, lambda c: c.agents.instances.cancel("agt_1"), max_retries=1)
+            assert info.value.after_lost_response
+        assert [line.split(b" ")[0] for line in server.requests] == [b"POST", b"POST", b"GET"]
+
+
+def test_a_record_missing_its_id_is_a_validation_error_keeping_the_answer(call):
+    """A 200 record without its required field raised a bare TypeError from the constructor."""
+    table = {"GET /v0.5/agents/instances/agt_1": ok({"status": "running", "note": "x" * 5000}),
+             "GET /v0.5/agents/nodes/registry": ok({"data": [{"kind": "source"}], "has_more": False}),
+             "GET /v0.5/agents/bundles": ok({"data": [{"name": "no id"}], "has_more": False, "next_cursor": None})}
+    with FakeServer(routes(table)) as server:
+        for operation, named in [(lambda c: c.agents.instances.get("agt_1"), "'id'"),
+                                 (lambda c: c.agents.nodes.registry(), "'key'"),
+                                 (lambda c: c.agents.bundles.list(), "'id'")]:
+            with pytest.raises(APIResponseValidationError) as info:
+                call(server.base_url, operation)
+            assert named in str(info.value) and len(str(info.value)) < 500
+            assert json.loads(info.value.body)
+    with FakeServer(routes(table)) as server:
+        with pytest.raises(APIResponseValidationError) as info:
+            call(server.base_url, lambda c: c.agents.instances.get("agt_1"))
+        assert json.loads(info.value.body) == {"status": "running", "note": "x" * 5000}, "the whole answer"
 
 
 def test_download_results_follows_presigned_urls_without_the_key(call, tmp_path):

@@ -281,6 +281,20 @@ def test_fail_next_job_fails_the_next_job_made_not_one_already_running():
             assert c.batch.jobs.wait(running.id, timeout=30).status == "COMPLETED"
 
 
+def test_a_cancel_whose_answer_was_lost_returns_the_cancelled_job(client_kind):
+    """The first attempt cancelled the job and its answer was cut off; the repeat met 409
+    already terminal, which reached the caller as ConflictError although the cancel succeeded."""
+    with Emulator(work_duration=30) as emu:
+        upload_examples(emu)
+        with emu.client() as client:
+            job = create_machine_state(client)
+        emu.inject("POST", f"/batch/jobs/{job.id}/cancel", action="truncate", times=1)
+        cancelled = run_on(client_kind, lambda c: c.batch.jobs.cancel(job.id), api_key=emu.api_key,
+                           base_url=emu.base_url)
+        assert isinstance(cancelled, BatchJob) and cancelled.id == job.id and cancelled.status == "CANCELLED"
+        assert [r.status for r in emu.requests if r.path.endswith("/cancel")] == [200, 409]
+
+
 def test_cancel_running_then_terminal_with_and_without_ok_if_terminal(client_kind):
     with Emulator(work_duration=30) as emu:
         upload_examples(emu)

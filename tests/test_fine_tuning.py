@@ -80,6 +80,20 @@ def test_moves_and_refused_moves(run):
         run(lambda c: c.fine_tuning.jobs.get("ftj_missing"))
 
 
+def test_a_cancel_whose_answer_was_lost_returns_the_cancelled_job(client_kind):
+    """The first attempt cancelled the job and its answer was cut off; the repeat met 409
+    invalid_state_transition, which reached the caller although the cancel succeeded."""
+    with Emulator(work_duration=30) as emu:
+        with emu.client() as client:
+            client.files.upload_base64("idle.csv", b"time,a\n1,0.5\n2,0.6\n")
+            job = _create(client)
+        emu.inject("POST", f"/v0.6/fine_tuning/jobs/{job.id}/cancel", action="truncate", times=1)
+        cancelled = run_on(client_kind, lambda c: c.fine_tuning.jobs.cancel(job.id), api_key=emu.api_key,
+                           base_url=emu.base_url)
+        assert isinstance(cancelled, FineTuningJob) and cancelled.id == job.id and cancelled.status == "CANCELLED"
+        assert [r.status for r in emu.requests if r.path.endswith("/cancel")] == [200, 409]
+
+
 def test_a_failed_job_and_an_unsupported_model(ft_emu, run):
     ft_emu.fail_next_job("fine_tuning", error="CUDA out of memory")
     job = run(_create)

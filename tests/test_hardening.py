@@ -128,6 +128,40 @@ def test_key_echoed_in_a_wrong_shaped_answer_is_redacted(call):
     assert "<redacted>" in info.value.body
 
 
+def test_a_record_missing_its_id_keeps_the_answer_without_the_key(call):
+    body = json.dumps({"status": "running", "error": f"saw {KEY}"}).encode()
+    with FakeServer(answer(200, body)) as server:
+        with pytest.raises(APIResponseValidationError) as info:
+            call(server.base_url, lambda c: c.agents.instances.get("agt_1"), max_retries=0)
+    _assert_key_absent(info.value)
+    assert json.loads(info.value.body) == {"status": "running", "error": "saw <redacted>"}
+
+
+def test_every_record_missing_a_required_field_is_a_validation_error():
+    """Records built from a 200 without their id (or a node without its key) raised a bare
+    TypeError from the dataclass constructor."""
+    import dataclasses
+
+    from sensorium import types
+
+    checked = set()
+    for name in types.__all__:
+        cls = getattr(types, name)
+        if not (dataclasses.is_dataclass(cls) and hasattr(cls, "from_dict")):
+            continue
+        required = [f.name for f in dataclasses.fields(cls)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if not required:
+            continue
+        answer_body = {"status": "x", "brand_new": [1]}
+        with pytest.raises(APIResponseValidationError) as info:
+            cls.from_dict(answer_body)
+        assert all(repr(field) in str(info.value) for field in required) and name in str(info.value)
+        assert json.loads(info.value.body) == answer_body
+        checked.add(name)
+    assert {"Agent", "Bundle", "Node", "BatchJob", "FineTuningJob", "Checkpoint", "FileRecord"} <= checked
+
+
 # 4: a body that stops mid-way
 
 

@@ -84,7 +84,7 @@ def download_listed(
     argument: str,
 ) -> Operation[list[Path]]:
     """Every file ``listing`` names, into ``directory`` (created when missing); the paths in
-    listing order. When some files fail for good, the others are still written and the first
+    listing order. Relative refs resolve against ``surface``'s base URL. When some files fail for good, the others are still written and the first
     failure is raised."""
     in_flight = concurrency_of(concurrency)
     records: list[L] = yield CollectList(listing)

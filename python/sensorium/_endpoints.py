@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 from ._progress import ProgressCallback, reporting, run_reported
 from ._secrets import redacted
-from .errors import APIResponseValidationError, InvalidArgumentError
+from .errors import APIResponseValidationError, InvalidArgumentError, _answer_text
 from .pagination import AsyncPager, Page, SyncPager
 
 T = TypeVar("T")
@@ -207,7 +207,7 @@ def _item_cursor_page(raw: Any, direction: str) -> dict[str, Any]:
     the id of the page's oldest item walking ``after``, of its newest walking ``before``."""
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
         raise APIResponseValidationError(f"expected a list page {{data, has_more}}, got {type(raw).__name__}",
-                                         body=repr(raw)[:2000])
+                                         body=_answer_text(raw))
     data = raw["data"]
     cursor = raw.get("next_cursor")
     if not cursor and data:
@@ -215,6 +215,16 @@ def _item_cursor_page(raw: Any, direction: str) -> dict[str, Any]:
         cursor = edge.get("id") if isinstance(edge, dict) else None
     has_more = bool(raw.get("has_more")) and isinstance(cursor, str) and bool(cursor)
     return {"data": data, "has_more": has_more, "next_cursor": cursor if has_more else None}
+
+
+def _read(build: Callable[[Any], T], raw: Any, redact: Callable[[str], str]) -> T:
+    """``build(raw)``. An answer of the wrong shape raises ``APIResponseValidationError`` with the
+    whole answer as its ``body`` (a record or page knows only its own part), and the client's key
+    taken out of both: a 2xx body is not redacted on its way in, as error bodies are."""
+    try:
+        return build(raw)
+    except APIResponseValidationError as wrong:
+        raise APIResponseValidationError(redact(wrong.message), body=redact(_answer_text(raw))) from None
 
 
 class _HasCore(Protocol):
@@ -241,7 +251,7 @@ class SyncRunner:
     def call(self, request: Request[T]) -> T:
         raw = self._core().request(request.method, request.surface, request.path, dict(request.query), request.body,
                                    False, False, _within(request), request.repeatable)
-        return request.cast(raw)
+        return _read(request.cast, raw, self._core().redact)
 
     def pager(self, request: ListRequest[T]) -> SyncPager[T]:
         where = _CursorParam(request.cursor_param)
@@ -249,7 +259,7 @@ class SyncRunner:
         def fetch(cursor: Optional[str]) -> Page[T]:
             raw = self._core().request("GET", request.surface, request.path, where.params(request, cursor), None,
                                        not request.item_cursors, False)
-            return where.page(raw, request)
+            return _read(lambda answer: where.page(answer, request), raw, self._core().redact)
 
         return SyncPager(fetch, request.start)
 
@@ -305,7 +315,7 @@ class AsyncRunner:
     async def call(self, request: Request[T]) -> T:
         raw = await self._core().request(request.method, request.surface, request.path, dict(request.query),
                                          request.body, False, True, _within(request), request.repeatable)
-        return request.cast(raw)
+        return _read(request.cast, raw, self._core().redact)
 
     def pager(self, request: ListRequest[T]) -> AsyncPager[T]:
         where = _CursorParam(request.cursor_param)
@@ -313,7 +323,7 @@ class AsyncRunner:
         async def fetch(cursor: Optional[str]) -> Page[T]:
             raw = await self._core().request("GET", request.surface, request.path, where.params(request, cursor), None,
                                              not request.item_cursors, True)
-            return where.page(raw, request)
+            return _read(lambda answer: where.page(answer, request), raw, self._core().redact)
 
         return AsyncPager(fetch, request.start)
 

@@ -1,6 +1,7 @@
 """Waiting on long work (agent runs, evaluations, optimizations, fine-tuning and batch jobs),
 written once: poll with backoff, interruptible by Ctrl-C (blocking) or cancellation (asyncio),
-an optional tqdm line, a timeout, and the failure raised with its record."""
+an optional tqdm line, a timeout, and the failure raised with its record; and canceling it,
+where a repeated cancel's 409 is settled by the record."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from ._arguments import flag
 from ._endpoints import Operation, Request, Scrub, Sleep
 from .errors import (
     AgentRunError,
+    APIError,
+    APIStatusError,
+    ConflictError,
     InvalidArgumentError,
     SensoriumError,
     WaitTimeoutError,
@@ -31,6 +35,12 @@ MAX_POLL_SECONDS = 5.0
 POLL_GROWTH = 1.3
 # While the logs are polled, the record is read too every this many rounds.
 RECORD_EVERY = 4
+# When the logs show a failure before the record does (the status lags), the record is read
+# again, with the usual backoff, for at most this long (and never past the wait's timeout): its
+# `error` is the run's own message, which the `job.failed` line only quotes in its own words.
+# Past it, the failure is raised with the lagging record (status set to `failed`, `error` unset)
+# and the log line's message as the error text.
+FAILED_RECORD_SECONDS = 10.0
 
 
 def agent_status(record: Any) -> str:
@@ -56,6 +66,36 @@ def with_status(record: R, status: str) -> R:
     attribute and JSON disagreed would tell a caller who saves ``to_dict()`` the stale status)."""
     rebuilt: R = type(record).from_dict({**record.to_dict(), "status": status})  # type: ignore[attr-defined]
     return rebuilt
+
+
+def _already_ended(error: APIStatusError) -> bool:
+    return isinstance(error, ConflictError)
+
+
+def canceling(cancel: Request[R], get: Callable[[], Request[R]], ok_if_terminal: bool, *,
+              status_of: Callable[[Any], str] = agent_status,
+              ended: Optional[Callable[[R], Operation[R]]] = None,
+              refused: Callable[[APIStatusError], bool] = _already_ended) -> Operation[R]:
+    """A cancel (``cancel`` must be ``repeatable``) whose "already ended" refusal (``refused``:
+    409 by default) is settled by the record ``get()`` reads (passed through ``ended``, which
+    may correct a lagging status). With ``ok_if_terminal`` any ended record is the answer. Without
+    it the refusal still reaches the caller, except when it follows a lost answer
+    (``after_lost_response``): the first attempt may have been the cancel that ended the work,
+    so a record that says canceled is returned, as that attempt's answer would have said; one
+    that ended otherwise (completed, failed) keeps the refusal."""
+    try:
+        answer: R = yield cancel
+        return answer
+    except APIStatusError as e:
+        if not refused(e) or not (ok_if_terminal or e.after_lost_response):
+            raise
+        refusal = e
+    current: R = yield get()
+    if ended is not None:
+        current = yield from ended(current)
+    if ok_if_terminal or status_of(current) == "canceled":
+        return current
+    raise refusal
 
 
 def progress_counts(record: Any) -> Optional[tuple[int, int]]:
@@ -139,8 +179,11 @@ def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], R
     ``canceled``. With ``recent_logs`` the logs decide too, because the status field lags: while
     the record says running, each round reads only the newest log lines (one request), and the
     record is fetched again when they show the terminal event (then returned with the status the
-    logs show), or every few rounds in case a deployment logs nothing. A failed end raises
-    ``failure(record, logs, what)``, with the client's key taken out of it. ``timeout`` bounds
+    logs show), or every few rounds in case a deployment logs nothing; a round whose logs cannot
+    be read reads the record. A failed end raises ``failure(record, logs, what)`` with the newest
+    log lines, and the client's key taken out of it; when the logs show the failure first, the
+    record is read again for a while (``FAILED_RECORD_SECONDS``) so the failure carries the failed
+    record and its own error. ``timeout`` bounds
     the polls' retries too; when it passes, ``WaitTimeoutError`` (from the last poll's error, if
     one failed)."""
     check_timeout(timeout)
@@ -158,17 +201,20 @@ def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], R
         while True:
             round_number += 1
             status = status_of(record)
+            if status not in TERMINAL_STATUSES and ended == "failed":
+                record = yield from _failed_record(get, record, status_of, deadline)
+                status = status_of(record)
             if status not in TERMINAL_STATUSES and ended is not None:
                 status = ended
                 record = with_status(record, ended)
             bar.show(status or "?", counts(record))
             if status in TERMINAL_STATUSES:
                 if status == "failed":
-                    if not logs and recent_logs is not None:
-                        try:
-                            logs = yield from _poll(recent_logs(), deadline)
-                        except _DeadlinePassed:
-                            pass  # the failure matters more than its log lines
+                    if recent_logs is not None and ended != "failed":
+                        # The record showed the failure: lines read in an earlier round (if any)
+                        # predate it and lack its `job.failed` line. (When the logs showed it,
+                        # they were read this round.)
+                        logs = yield from _latest_logs(recent_logs, logs, deadline)
                     record, logs = yield Scrub((record, logs))
                     raise failure(record, logs, what)
                 finished: R = record
@@ -179,15 +225,57 @@ def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], R
             delay = next(delays)
             yield Sleep(delay if remaining is None else min(delay, remaining))
             if recent_logs is not None and round_number % RECORD_EVERY != 0:
-                logs = yield from _poll(recent_logs(), deadline)
-                ended = ended_in(logs)
-                if ended is None:
-                    continue
+                try:
+                    logs = yield from _poll(recent_logs(), deadline)
+                except APIError:
+                    # The status is the wait's signal; the logs only see a lagging end sooner. A
+                    # logs poll that failed (after its retries) makes this round read the record
+                    # instead, so while the logs keep failing the wait goes on from the status
+                    # alone (ending when the record shows the end), and a failing record poll is
+                    # raised as ever.
+                    pass
+                else:
+                    ended = ended_in(logs)
+                    if ended is None:
+                        continue
             record = yield from _poll(get(), deadline)
     except _DeadlinePassed as passed:
         raise _timed_out(what, status, timeout, record) from passed.__cause__
     finally:
         bar.close()
+
+
+def _latest_logs(recent_logs: Callable[[], Request[list[AgentLog]]], earlier: list[AgentLog],
+                 deadline: Optional[float]) -> Operation[list[AgentLog]]:
+    """The newest log lines for a failure, or ``earlier`` when they cannot be read: the failure
+    matters more than its log lines."""
+    try:
+        latest: list[AgentLog] = yield from _poll(recent_logs(), deadline)
+        return latest
+    except (_DeadlinePassed, APIError):
+        return earlier
+
+
+def _failed_record(get: Callable[[], Request[R]], record: R, status_of: Callable[[Any], str],
+                   deadline: Optional[float]) -> Operation[R]:
+    """The record once it shows the end the logs showed (a failure), read again for at most
+    ``FAILED_RECORD_SECONDS`` (and not past ``deadline``); else the last record read. A read
+    that fails ends the reading: the failure is known, and is raised rather than that error."""
+    give_up = time.monotonic() + FAILED_RECORD_SECONDS
+    if deadline is not None:
+        give_up = min(give_up, deadline)
+    delays = iter(_poll_delays())
+    while True:
+        remaining = give_up - time.monotonic()
+        if remaining <= 0:
+            return record
+        yield Sleep(min(next(delays), remaining))
+        try:
+            record = yield from _poll(get(), give_up)
+        except (_DeadlinePassed, APIError):
+            return record
+        if status_of(record) in TERMINAL_STATUSES:
+            return record
 
 
 def check_timeout(timeout: Any) -> None:

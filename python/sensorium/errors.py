@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import json as _json
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,7 +191,9 @@ class APIStatusError(APIError):
 
     ``errors`` keeps every entry of the body (the envelope may hold several); ``code``,
     ``suggestion`` and ``error_uid`` come from the first entry that has them. ``body`` is the
-    raw text and ``json`` the parsed body, whatever its shape.
+    raw text and ``json`` the parsed body, whatever its shape. ``after_lost_response`` is True
+    when an earlier attempt of the same call got no answer, so the platform may have acted on
+    it: a 409 "already canceled" may then answer the call's own first attempt.
     """
 
     def __init__(
@@ -204,6 +207,7 @@ class APIStatusError(APIError):
         method: str = "",
         url: str = "",
         retry_after: float | None = None,
+        after_lost_response: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -213,6 +217,7 @@ class APIStatusError(APIError):
         self.method = method
         self.url = url
         self.retry_after = retry_after
+        self.after_lost_response = after_lost_response
 
     @property
     def status_code(self) -> int:
@@ -240,14 +245,15 @@ class APIStatusError(APIError):
         return (
             _rebuild_status_error,
             (type(self), self.message, self.status, self.errors, self.body, self.json,
-             self.method, self.url, self.retry_after),
+             self.method, self.url, self.retry_after, self.after_lost_response),
         )
 
 
 def _rebuild_status_error(cls: type[APIStatusError], message: str, status: int, errors: list[ErrorDetail],
-                          body: str, json: Any, method: str, url: str, retry_after: float | None) -> APIStatusError:
+                          body: str, json: Any, method: str, url: str, retry_after: float | None,
+                          after_lost_response: bool = False) -> APIStatusError:
     return cls(message, status=status, errors=errors, body=body, json=json, method=method, url=url,
-               retry_after=retry_after)
+               retry_after=retry_after, after_lost_response=after_lost_response)
 
 
 class BadRequestError(APIStatusError):
@@ -315,6 +321,14 @@ class APIResponseValidationError(APIError):
     def __init__(self, message: str, *, body: str = "") -> None:
         super().__init__(message)
         self.body = body
+
+
+def _answer_text(data: Any) -> str:
+    """A parsed answer as JSON text again (the whole of it, for ``APIResponseValidationError.body``)."""
+    try:
+        return _json.dumps(data, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(data)
 
 
 class QueryFailedError(APIError):
@@ -385,9 +399,10 @@ def _api_error(
     method: str,
     url: str,
     retry_after: float | None,
+    after_lost_response: bool = False,
 ) -> APIStatusError:
     """Called by the native core to build the exception for a non-2xx answer."""
     cls = _BY_STATUS.get(status) or (InternalServerError if status >= 500 else APIStatusError)
     details = [ErrorDetail(**e) for e in errors]
     return cls(message, status=status, errors=details, body=body, json=json, method=method, url=url,
-               retry_after=retry_after)
+               retry_after=retry_after, after_lost_response=after_lost_response)

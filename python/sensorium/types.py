@@ -7,7 +7,7 @@ Records keep every field the platform sent: known ones are attributes, unknown o
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, ClassVar, Optional, TypedDict, TypeVar
 
 from ._core import Embeddings, NumericEvent, QueryResult, StreamEvent
@@ -23,15 +23,22 @@ __all__ = [
 R = TypeVar("R", bound="_Record")
 
 
-_FIELD_NAMES: dict[type, frozenset[str]] = {}
+_FIELD_NAMES: dict[type, tuple[frozenset[str], frozenset[str]]] = {}
 
 
-def _field_names(cls: type) -> frozenset[str]:
-    """A record class's field names, computed once per class (lists build thousands of records)."""
+def _field_names(cls: type) -> tuple[frozenset[str], frozenset[str]]:
+    """A record class's field names and the required ones among them (no default), computed
+    once per class (lists build thousands of records)."""
     names = _FIELD_NAMES.get(cls)
     if names is None:
-        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls)) - {"extra", "_raw"}
+        known = [f for f in fields(cls) if f.name not in ("extra", "_raw")]
+        required = [f.name for f in known if f.default is MISSING and f.default_factory is MISSING]
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in known), frozenset(required)
     return names
+
+
+def _a(name: str) -> str:
+    return f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
 
 
 @dataclass(frozen=True)
@@ -49,12 +56,21 @@ class _Record:
     @classmethod
     def from_dict(cls: type[R], data: dict[str, Any]) -> R:
         if not isinstance(data, dict):
-            from .errors import APIResponseValidationError
+            from .errors import APIResponseValidationError, _answer_text
 
             raise APIResponseValidationError(
-                f"expected a {cls.__name__} record (a JSON object), got {type(data).__name__}", body=repr(data)[:2000]
+                f"expected {_a(cls.__name__)} record (a JSON object), got {type(data).__name__}", body=_answer_text(data)
             )
-        names = _field_names(cls)
+        names, required = _field_names(cls)
+        missing = sorted(required.difference(data))
+        if missing:
+            # Not the constructor's bare TypeError: the answer is what is wrong, and it is kept.
+            from .errors import APIResponseValidationError, _answer_text
+
+            fields_given = ", ".join(sorted(map(str, data))[:20]) or "none"
+            raise APIResponseValidationError(
+                f"expected {_a(cls.__name__)} record with {', '.join(map(repr, missing))}, got an object without "
+                f"{'it' if len(missing) == 1 else 'them'} (fields: {fields_given})", body=_answer_text(data))
         known = {k: v for k, v in data.items() if k in names}
         for name, build in cls._nested.items():
             if isinstance(known.get(name), list):

@@ -47,6 +47,7 @@ fn build(py: Python<'_>, err: Error) -> PyResult<PyErr> {
             kwargs.set_item("method", &api.method)?;
             kwargs.set_item("url", &api.url)?;
             kwargs.set_item("retry_after", api.retry_after.map(|d| d.as_secs_f64()))?;
+            kwargs.set_item("after_lost_response", api.after_lost_response)?;
             errors.getattr("_api_error")?.call((message,), Some(&kwargs))?
         }
         Error::Connection { .. } | Error::Unreachable { timed_out: false, .. } => {

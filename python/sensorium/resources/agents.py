@@ -24,8 +24,8 @@ from .._endpoints import (
     CollectList, ListRequest, Operation, Request, Resource, Runner, awaited, cursor_walk, query, segment,
 )
 from .._progress import ProgressCallback
-from .._waiting import ended_in, wait_for, with_status
-from ..errors import ConflictError, InvalidArgumentError
+from .._waiting import canceling, ended_in, wait_for, with_status
+from ..errors import InvalidArgumentError
 from ..types import (
     Agent,
     AgentEvent,
@@ -391,7 +391,8 @@ class Instances(Resource):
         """Cancels a running or paused agent. The platform answers 409 when it has already ended;
         with ``ok_if_terminal=True`` that is success and the agent's record is returned, with the
         terminal status its logs show when the record still lags behind (an unknown id is still
-        ``NotFoundError``).
+        ``NotFoundError``). A 409 that follows this call's own lost answer is not raised when the
+        agent is canceled: the lost attempt was the cancel.
 
         >>> client.agents.instances.cancel(run.id, ok_if_terminal=True).status  # doctest: +SKIP
         'canceled'
@@ -400,18 +401,18 @@ class Instances(Resource):
         return self._drive(self._cancel(agent_id, bool(flag(ok_if_terminal, "ok_if_terminal"))))
 
     def _cancel(self, agent_id: str, ok_if_terminal: bool) -> Operation[Agent]:
-        try:
-            # Safe to repeat (as every cancel here): a repeat meets 409 already-terminal.
-            agent: Agent = yield Request("POST", self._path(agent_id, "/cancel"), surface="agents", cast=Agent.from_dict,
-                                         repeatable=True)
-            return agent
-        except ConflictError:
-            if not ok_if_terminal:
-                raise
-        current: Agent = yield Request("GET", self._path(agent_id), surface="agents", cast=Agent.from_dict)
+        # Safe to repeat (as every cancel here): a repeat meets 409 already-terminal, settled by
+        # the record.
+        return (yield from canceling(
+            Request("POST", self._path(agent_id, "/cancel"), surface="agents", cast=Agent.from_dict, repeatable=True),
+            lambda: Request("GET", self._path(agent_id), surface="agents", cast=Agent.from_dict), ok_if_terminal,
+            ended=lambda current: self._ended(agent_id, current)))
+
+    def _ended(self, agent_id: str, current: Agent) -> Operation[Agent]:
+        """``current`` with the terminal status its logs show when the record still lags (after a
+        409 says the run has ended)."""
         if current.is_terminal:
             return current
-        # The 409 says the run has ended, and the record is known to lag: its logs say how.
         ended = ended_in((yield self._recent_logs(agent_id)))
         return with_status(current, ended) if ended is not None else current
 
@@ -442,6 +443,9 @@ class Instances(Resource):
             from .._numeric import as_channels
 
             channels = as_channels(data, "data")
+            if 0 in channels.shape:  # as `[]` is refused, and as `embed` refuses it
+                raise InvalidArgumentError(f"data: is empty (shape {channels.shape}); a window needs at least one value "
+                                           "per channel", argument="data")
             body = {"type": "data.numeric_array", "event_data": {"contents": channels.reshape(
                 (1, -1) if channels.ndim == 1 else channels.shape).tolist()}}
         # A repeated query changes nothing, so a lost answer is asked for again.
@@ -458,9 +462,11 @@ class Instances(Resource):
     def wait(self, agent_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
         """Waits until the run ends and returns its final ``Agent``. Polls with backoff; Ctrl-C
         interrupts it. "Ended" is read from the status (``canceled`` and ``cancelled`` alike) and
-        from the terminal events in the logs, because the status is known to lag. A failed run
-        raises ``AgentRunError`` with the agent, its error and its last log lines; ``timeout``
-        raises ``WaitTimeoutError``.
+        from the terminal events in the logs, because the status is known to lag (a logs feed
+        that fails leaves the wait to the status). A failed run raises ``AgentRunError`` with the
+        agent, its error and its last log lines; when the logs show the failure before the record
+        does, the record is read again for up to 10 s, and if it still lags the error is the
+        failure's log line. ``timeout`` raises ``WaitTimeoutError``.
 
         >>> agent = client.agents.instances.wait(run.id, timeout=600, progress=True)  # doctest: +SKIP
         """
@@ -482,7 +488,10 @@ class Instances(Resource):
         [PosixPath('out/agt_..._output_line3.csv')]
         """
         listing = ListRequest(self._path(agent_id, "/results"), AgentResult.from_dict, surface="agents")
-        return self._drive(download_listed(listing, folder(directory), surface="agents",
+        # The listing is on the agents surface, but a relative ref (`/files/download/<name>`) is
+        # a files path, under the API's base URL: on the version-less agents mount the agents
+        # base has no `/v0.5` and the file is not there.
+        return self._drive(download_listed(listing, folder(directory), surface="api",
                                            concurrency=concurrency, on_progress=on_progress, progress=progress,
                                            argument="agent_id"))
 
@@ -516,9 +525,12 @@ class Evals(Resource):
         return self._call(Request("DELETE", self._path(eval_id), surface="agents"))
 
     def cancel(self, eval_id: str) -> Any:
-        """Cancels a running evaluation."""
-        return self._call(Request("POST", self._path(eval_id, "/cancel"), surface="agents", cast=Eval.from_dict,
-                                  repeatable=True))
+        """Cancels a running evaluation (409 once it has ended, unless that answers this call's own
+        cancel, whose first answer was lost)."""
+        segment(eval_id, "eval_id")
+        return self._drive(canceling(
+            Request("POST", self._path(eval_id, "/cancel"), surface="agents", cast=Eval.from_dict, repeatable=True),
+            lambda: Request("GET", self._path(eval_id), surface="agents", cast=Eval.from_dict), False))
 
     def examples(self, eval_id: str) -> Any:
         """The evaluation's examples (with their results once done), page by page."""
@@ -576,9 +588,13 @@ class Optimizations(Resource):
         return self._call(Request("DELETE", self._path(optimization_id), surface="agents"))
 
     def cancel(self, optimization_id: str) -> Any:
-        """Cancels a running optimization."""
-        return self._call(Request("POST", self._path(optimization_id, "/cancel"), surface="agents",
-                                  cast=Optimization.from_dict, repeatable=True))
+        """Cancels a running optimization (409 once it has ended, unless that answers this call's
+        own cancel, whose first answer was lost)."""
+        segment(optimization_id, "optimization_id")
+        return self._drive(canceling(
+            Request("POST", self._path(optimization_id, "/cancel"), surface="agents", cast=Optimization.from_dict,
+                    repeatable=True),
+            lambda: Request("GET", self._path(optimization_id), surface="agents", cast=Optimization.from_dict), False))
 
     def trials(self, optimization_id: str) -> Any:
         """The optimization's trials, page by page."""

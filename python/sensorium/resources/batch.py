@@ -21,8 +21,8 @@ from .._endpoints import (
     CollectList, ListRequest, Operation, Request, Resource, Runner, awaited, query, segment, warn_caller,
 )
 from .._progress import ProgressCallback
-from .._waiting import wait_for
-from ..errors import ConflictError, InvalidArgumentError, JobFailedError, SensoriumError
+from .._waiting import canceling, wait_for
+from ..errors import InvalidArgumentError, JobFailedError, SensoriumError
 from ..types import AgentLog, BatchEvent, BatchJob, BatchOutput, FileRecord, Pipeline
 from .fine_tuning import job_status
 
@@ -120,21 +120,17 @@ class Jobs(Resource):
         """Cancels a job and returns its ``BatchJob`` as the server answers (``{id, status,
         cancelled_at}``, the rest of the record in ``get``). 409 once it has ended; success then
         with ``ok_if_terminal=True``, which returns the job's record. An unknown id is still
-        ``NotFoundError``."""
+        ``NotFoundError``; a 409 that follows this call's own lost answer is not raised when the
+        job is ``CANCELLED``."""
         segment(job_id, "job_id")
         return self._drive(self._cancel(job_id, bool(flag(ok_if_terminal, "ok_if_terminal"))))
 
     def _cancel(self, job_id: str, ok_if_terminal: bool) -> Operation[BatchJob]:
-        try:
-            # Safe to repeat: a repeat meets 409 already-terminal.
-            answer: BatchJob = yield Request("POST", self._path(job_id, "/cancel"), cast=BatchJob.from_dict,
-                                             repeatable=True)
-            return answer
-        except ConflictError:
-            if not ok_if_terminal:
-                raise
-        current: BatchJob = yield Request("GET", self._path(job_id), cast=BatchJob.from_dict)
-        return current
+        # Safe to repeat: a repeat meets 409 already-terminal, settled by the record.
+        return (yield from canceling(Request("POST", self._path(job_id, "/cancel"), cast=BatchJob.from_dict,
+                                             repeatable=True),
+                                     lambda: Request("GET", self._path(job_id), cast=BatchJob.from_dict),
+                                     ok_if_terminal, status_of=job_status))
 
     def queue(self) -> Any:
         """Global queue depths by pipeline type."""

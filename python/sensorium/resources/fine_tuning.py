@@ -19,8 +19,8 @@ from .._arguments import string, text
 from .._endpoints import (
     CollectList, ListRequest, Operation, Request, Resource, Runner, awaited, cursor_walk, query, segment,
 )
-from .._waiting import wait_for
-from ..errors import InvalidArgumentError, JobFailedError, SensoriumError
+from .._waiting import canceling, wait_for
+from ..errors import APIStatusError, InvalidArgumentError, JobFailedError, SensoriumError
 from ..fine_tuning import check_job
 from ..types import AgentLog, Checkpoint, FineTuningEvent, FineTuningJob
 
@@ -42,6 +42,11 @@ def job_failure(record: Any, _logs: list[AgentLog], what: str) -> SensoriumError
     errors = [e.get("message") or e.get("code") or str(e) if isinstance(e, dict) else str(e)
               for e in (getattr(record, "errors", None) or [])]
     return JobFailedError(f"{what} failed: {'; '.join(errors) or '(no error given)'}", job=record, errors=errors)
+
+
+def _invalid_move(error: APIStatusError) -> bool:
+    # The spec gives the refusal's code, not its status (the emulator answers 409).
+    return error.status == 409 or error.has_code("invalid_state_transition")
 
 
 class FineTuningJobs(Resource):
@@ -79,9 +84,15 @@ class FineTuningJobs(Resource):
         return self._call(Request("GET", self._path(job_id), surface="fine_tuning", cast=FineTuningJob.from_dict))
 
     def cancel(self, job_id: str) -> Any:
-        """Cancels a job (``CANCELLED``, not resumable); an invalid move is ``invalid_state_transition``."""
-        return self._call(Request("POST", self._path(job_id, "/cancel"), surface="fine_tuning",
-                                  cast=FineTuningJob.from_dict, repeatable=True))
+        """Cancels a job (``CANCELLED``, not resumable); an invalid move is ``invalid_state_transition``,
+        except when it follows this call's own lost answer and the job is ``CANCELLED`` (the lost
+        attempt was the cancel)."""
+        segment(job_id, "job_id")
+        return self._drive(canceling(
+            Request("POST", self._path(job_id, "/cancel"), surface="fine_tuning", cast=FineTuningJob.from_dict,
+                    repeatable=True),
+            lambda: Request("GET", self._path(job_id), surface="fine_tuning", cast=FineTuningJob.from_dict), False,
+            status_of=job_status, refused=_invalid_move))
 
     def pause(self, job_id: str) -> Any:
         """Pauses a job gracefully: ``PAUSED`` may follow a moment later."""
