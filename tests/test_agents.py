@@ -353,6 +353,40 @@ def test_a_list_survives_its_items_leaving_it_while_it_is_read():
             assert info.value.code == "invalid_cursor"
 
 
+@pytest.mark.parametrize("sort, order", [(None, None), ("name", None), ("name", "desc"), ("created_at", "asc")])
+def test_deleting_bundles_while_listing_them_sees_every_bundle_once(client_kind, sort, order):
+    # Bundles are listed by last run or name, not in their ids' order: the cursor of the next
+    # page (a bundle just deleted) must still mark its place by that order.
+    with Emulator(page_size=1, work_duration=0.05) as emu:
+        file_id = _upload(emu)
+        with emu.client() as client:
+            own = [client.agents.bundles.create("osm", name=n).id for n in ["d", "c", "b", "a", "e"]]
+            client.agents.instances.wait(client.agents.bundles.run(own[2], file_id).id, timeout=30)
+            canonical = [b.id for b in client.agents.bundles.list() if b.is_canonical]
+
+        async def drain_async(c: Any) -> list[str]:
+            seen = []
+            async for b in c.agents.bundles.list(sort=sort, order=order):
+                seen.append(b.id)
+                if not b.is_canonical:
+                    await c.agents.bundles.delete(b.id)
+            return seen
+
+        def drain(c: Any) -> list[str]:
+            seen = []
+            for b in c.agents.bundles.list(sort=sort, order=order):
+                seen.append(b.id)
+                if not b.is_canonical:
+                    c.agents.bundles.delete(b.id)
+            return seen
+
+        seen = run_on(client_kind, drain_async if client_kind == "async" else drain,
+                      api_key=emu.api_key, base_url=emu.base_url)
+        assert sorted(seen) == sorted(own + canonical)
+        with emu.client() as client:
+            assert sorted(b.id for b in client.agents.bundles.list()) == sorted(canonical)
+
+
 def test_evaluations_and_optimizations(agents_emu, run):
     labelled = "timestamp,temperature,state\n" + "".join(f"{i},{i % 9},{'idle' if i % 2 else 'running'}\n"
                                                          for i in range(120))

@@ -20,7 +20,7 @@ use super::table::{transition, Status, Trigger};
 use super::work::{EvalJob, RunJob, TrialJob};
 use crate::emulator::api_error::ApiError;
 use crate::emulator::auth::{self, KeyInfo, Role};
-use crate::emulator::paging::{page, page_with, Params};
+use crate::emulator::paging::{page, page_sorted, page_with, Params};
 use crate::emulator::state::Shared;
 
 type Answer = Result<Response, ApiError>;
@@ -329,21 +329,22 @@ async fn list_bundles(State(shared): State<Arc<Shared>>, headers: HeaderMap, Raw
     let needle = params.get("query").map(str::to_lowercase);
     let store = shared.agents.store.lock();
     let visible = Store::visible(&who.org);
-    let mut found: Vec<&BundleRec> = store.bundles.iter().filter(|b| {
+    // One key sorts the list and places a cursor whose bundle has left it (deleted, or filtered
+    // out): the ids' order is not the list's, so the id alone cannot say where it was.
+    let key = |b: &BundleRec| match sort {
+        "name" => (b.name.clone(), b.seq, 0),
+        "created_at" => (String::new(), b.seq, 0),
+        _ => (String::new(), b.last_run, b.seq),
+    };
+    let mut found: Vec<(String, (String, u64, u64), &BundleRec)> = store.bundles.iter().filter(|b| {
         visible(&b.org)
             && params.get("blueprint_id").is_none_or(|id| b.blueprint_id == id)
             && needle.as_ref().is_none_or(|n| b.name.to_lowercase().contains(n) || b.id.contains(n.as_str()))
-    }).collect();
-    match sort {
-        "name" => found.sort_by(|a, b| a.name.cmp(&b.name).then(a.seq.cmp(&b.seq))),
-        "created_at" => found.sort_by_key(|b| b.seq),
-        _ => found.sort_by_key(|b| (b.last_run, b.seq)),
-    }
-    if order == "desc" {
-        found.reverse();
-    }
-    let items = found.into_iter().map(|b| (b.id.clone(), b.json())).collect();
-    ok(StatusCode::OK, page(items, &params, shared.page_size)?)
+    }).map(|b| (b.id.clone(), key(b), b)).collect();
+    let descending = order == "desc";
+    found.sort_by(|a, b| if descending { b.1.cmp(&a.1) } else { a.1.cmp(&b.1) });
+    let key_of = |id: &str| store.bundles.iter().chain(&store.deleted_bundles).find(|b| b.id == id && visible(&b.org)).map(key);
+    ok(StatusCode::OK, page_sorted(found, descending, key_of, &params, shared.page_size, BundleRec::json)?)
 }
 
 async fn get_bundle(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(id): Path<String>, RawQuery(q): RawQuery) -> Answer {
@@ -368,7 +369,10 @@ async fn delete_bundle(State(shared): State<Arc<Shared>>, headers: HeaderMap, Pa
     if bundle.org.is_none() {
         return Err(forbidden("A canonical bundle cannot be deleted."));
     }
-    store.bundles.retain(|b| b.id != id);
+    if let Some(i) = store.bundles.iter().position(|b| b.id == id) {
+        let gone = store.bundles.remove(i);
+        store.deleted_bundles.push(gone);
+    }
     no_content()
 }
 

@@ -272,6 +272,9 @@ pub(crate) struct Store {
     pub seq: u64,
     pub blueprints: Vec<BlueprintRec>,
     pub bundles: Vec<BundleRec>,
+    /// Deleted bundles, kept so that a list cursor naming one still marks its place (the bundle
+    /// list is sorted by last run or name, which its id does not tell).
+    pub deleted_bundles: Vec<BundleRec>,
     pub agents: Vec<AgentRec>,
     pub evals: Vec<JsonRec>,
     pub optimizations: Vec<JsonRec>,
