@@ -293,6 +293,23 @@ def test_blueprints_yaml_replacement_and_versions(agents_emu, run):
     assert with_yaml.yaml_document
 
 
+def test_an_archived_key_names_its_one_blueprint(agents_emu, run):
+    # Two replacements on one day: each replaced version gets its own archived key, and
+    # `get` (which takes a blp_ id or a key) finds the version by it.
+    v1 = run(lambda c: c.agents.blueprints.create("mine", document=DOCUMENT))
+    v2 = run(lambda c: c.agents.blueprints.create("mine", document=DOCUMENT, replacement_of=v1.id))
+    v3 = run(lambda c: c.agents.blueprints.create("mine", document=DOCUMENT, replacement_of=v2.id))
+    keys = [run(lambda c: c.agents.blueprints.get(v.id)).blueprint_key for v in (v1, v2)]
+    assert keys[0] != keys[1] and all(k.startswith("mine-") for k in keys)
+    for version, key in zip((v1, v2), keys):
+        assert run(lambda c: c.agents.blueprints.get(key)).id == version.id
+        assert [b.id for b in run(lambda c: c.agents.blueprints.list(key=key))] == [version.id]
+    assert [v.id for v in run(lambda c: c.agents.blueprints.versions(keys[0]))] == [v3.id, v2.id, v1.id]
+    assert run(lambda c: c.agents.blueprints.get("mine")).id == v3.id
+    with pytest.raises(NotFoundError):
+        run(lambda c: c.agents.blueprints.get(keys[0] + "-9"))
+
+
 def test_blueprint_roles(agents_emu):
     member = agents_emu.client(api_key=agents_emu.new_api_key(role="member"))
     with pytest.raises(PermissionDeniedError):

@@ -207,11 +207,7 @@ async fn create_blueprint(State(shared): State<Arc<Shared>>, headers: HeaderMap,
         }
     }
     if let Some(old_id) = &replacement_of {
-        if let Some(old) = store.blueprints.iter_mut().find(|b| b.id == *old_id) {
-            let date = time::OffsetDateTime::from(old.created);
-            old.key = format!("{}-{:04}{:02}{:02}", old.key, date.year(), u8::from(date.month()), date.day());
-            old.active = false;
-        }
+        store.archive(old_id);
     }
     let seq = store.next_seq();
     let name = document.get("name").and_then(Value::as_str).unwrap_or(&key).to_string();
@@ -790,11 +786,7 @@ async fn promote_trial(State(shared): State<Arc<Shared>>, headers: HeaderMap, Pa
     let mut document = source.document.clone();
     document["values"] = layered(source.document.get("values").unwrap_or(&Value::Null), &trial["trial_values"]);
     if replaces {
-        if let Some(old) = store.blueprints.iter_mut().find(|b| b.id == source.id) {
-            let date = time::OffsetDateTime::from(old.created);
-            old.key = format!("{}-{:04}{:02}{:02}", old.key, date.year(), u8::from(date.month()), date.day());
-            old.active = false;
-        }
+        store.archive(&source.id);
     }
     let seq = store.next_seq();
     let rec = BlueprintRec {
