@@ -450,6 +450,26 @@ def test_removed_model_field_is_refused_before_sending(agents_emu):
     assert "models" in str(info.value) and agents_emu.requests == []
 
 
+def test_bundle_models_name_declared_slots_and_registry_tags(agents_emu, run):
+    osm = run(lambda c: c.agents.blueprints.get("osm"))
+    (slot,) = osm.document["models"]
+    tag = osm.document["models"][slot]["tag"]
+    bundle = run(lambda c: c.agents.bundles.create("osm", name="tagged", models={slot: tag}))
+    assert bundle.status == "ready" and bundle.models == {slot: tag}
+    for models, named in [({"no_such_slot": tag}, "no_such_slot"), ({slot: "::::"}, "::::"),
+                          ({slot: "no-such-tag"}, "no-such-tag"), ({slot: "Newton::no_such_version"}, "no_such_version")]:
+        with pytest.raises(BadRequestError) as info:
+            run(lambda c: c.agents.bundles.create("osm", name="bad", models=models))
+        assert info.value.code == "invalid_request" and named in str(info.value), models
+    # The registry is the organization's own: a tag only another organization has is unaddressable.
+    small = agents_emu.new_api_key(org="small-co", models=[{"id": "Acme::ft-1", "family": "encoder"}])
+    with pytest.raises(BadRequestError):
+        run(lambda c: c.agents.bundles.create("osm", name="bad", models={slot: tag}), api_key=small)
+    mine = run(lambda c: c.agents.blueprints.create("own-slots", document={**DOCUMENT, "models": {"m": {}}}),
+               api_key=small)
+    assert run(lambda c: c.agents.bundles.create(mine.id, name="ok", models={"m": "Acme::ft-1"}), api_key=small).models
+
+
 def test_records_from_the_spec_tables():
     """Literal JSON written from the spec's Bundle, Agent and Blueprint tables."""
     bundle = Bundle.from_dict(json.loads("""{"id": "bnd_01h", "name": "Line 3", "description": "d",

@@ -20,6 +20,7 @@ use super::table::{transition, Status, Trigger};
 use super::work::{EvalJob, RunJob, TrialJob};
 use crate::emulator::api_error::ApiError;
 use crate::emulator::auth::{self, KeyInfo, Role};
+use crate::emulator::catalogue::Catalogue;
 use crate::emulator::paging::{page, page_sorted, page_with, Params};
 use crate::emulator::state::Shared;
 
@@ -297,9 +298,10 @@ async fn create_bundle(State(shared): State<Arc<Shared>>, headers: HeaderMap, bo
         return Err(ApiError::invalid_request("models must map each slot name to a registry tag (a string)."));
     }
     let mut store = shared.agents.store.lock();
-    let blueprint_id = store.blueprint(&who.org, &reference)
-        .map(|b| b.id.clone())
+    let blueprint = store.blueprint(&who.org, &reference)
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("Blueprint {reference:?} not found.")))?;
+    check_model_slots(&models, blueprint, &shared.catalogue_for(&who.org))?;
+    let blueprint_id = blueprint.id.clone();
     let seq = store.next_seq();
     let rec = BundleRec {
         id: type_id("bnd"), name, description: text_field(&body, "description")?.unwrap_or_default(), blueprint_id,
@@ -309,6 +311,36 @@ async fn create_bundle(State(shared): State<Arc<Shared>>, headers: HeaderMap, bo
     let answer = rec.json();
     store.bundles.push(rec);
     ok(StatusCode::CREATED, answer)
+}
+
+/// Release 1.1.10: a bundle's `models` are refused at creation when a reference is malformed
+/// (a tag not of the form `<family>::<version>`) or unaddressable (a slot the blueprint's
+/// `models` does not declare, or a tag the organization's model registry, `GET /models`, does
+/// not hold), rather than failing the run later. 400 `invalid_request`, the spec's code for an
+/// invalid request.
+fn check_model_slots(models: &Value, blueprint: &BlueprintRec, registry: &Catalogue) -> Result<(), ApiError> {
+    let declared = blueprint.document.get("models").and_then(Value::as_object);
+    for (slot, tag) in models.as_object().into_iter().flatten() {
+        let tag = tag.as_str().unwrap_or_default();
+        if !declared.is_some_and(|d| d.contains_key(slot)) {
+            let names = declared.map(|d| d.keys().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ")).unwrap_or_default();
+            let has = if names.is_empty() { "declares no model slots".to_string() } else { format!("declares the model slots {names}") };
+            return Err(ApiError::invalid_request(format!("models: {slot:?} is not a model slot of blueprint {}, which {has}.", blueprint.key)));
+        }
+        let (prefix, version) = crate::wire::models::split_model_id(tag);
+        if prefix.is_none_or(|p| p.trim().is_empty()) || version.trim().is_empty() || version.contains("::") {
+            return Err(ApiError::invalid_request(format!(
+                "models: the tag of slot {slot:?} is {tag:?}, which is not a registry tag (<family>::<version>)."
+            )));
+        }
+        if registry.family_of(tag).is_none() {
+            return Err(ApiError::invalid_request(format!(
+                "models: the tag of slot {slot:?} is {tag:?}, which is not in the organization's model registry."
+            ))
+            .with_suggestion("GET /models lists the tags that can be used."));
+        }
+    }
+    Ok(())
 }
 
 async fn list_bundles(State(shared): State<Arc<Shared>>, headers: HeaderMap, RawQuery(q): RawQuery) -> Answer {
