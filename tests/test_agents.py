@@ -425,6 +425,58 @@ def test_evaluations_and_optimizations(agents_emu, run):
     assert isinstance(promoted, Blueprint) and promoted.id.startswith("blp_")
 
 
+def test_optimization_trials_draw_from_the_search_space_and_report_the_objective(agents_emu, run):
+    file_id = _upload(agents_emu, "labelled.csv", "t,a,state\n" + "".join(f"{i},{i % 5},{'idle' if i < 40 else 'running'}\n"
+                                                                        for i in range(80)))
+    osm = run(lambda c: c.agents.blueprints.get("osm"))
+    space = {"window_size": [32, 64], "step_size": {"low": 4, "high": 8}}
+
+    def optimize() -> tuple[list[Any], str]:
+        opt = run(lambda c: c.agents.optimizations.create("osm", objective="accuracy", validation_examples=[file_id],
+                                                          max_trials=3, search_space=space))
+        assert run(lambda c: c.agents.optimizations.wait(opt.id, timeout=60)).status == "completed"
+        return sorted(run(lambda c: c.agents.optimizations.trials(opt.id)), key=lambda t: t.trial_number), opt.id
+
+    trials, opt_id = optimize()
+    assert len(trials) == 3
+    for t in trials:
+        assert set(t.trial_values) == {"window_size", "step_size"}, t.trial_values
+        assert t.trial_values["window_size"] in (32, 64) and 4 <= t.trial_values["step_size"] <= 8
+        assert isinstance(t.trial_values["step_size"], int)
+        assert t.metrics_report["targets"]["state"] == {"accuracy": t.objective_value}
+    assert {t.trial_values["window_size"] for t in trials} == {32, 64}, "the trials cover the choices"
+    again, _ = optimize()
+    assert [(t.trial_values, t.objective_value) for t in again] == [(t.trial_values, t.objective_value) for t in trials]
+    promoted = run(lambda c: c.agents.optimizations.promote(opt_id, trials[-1].id))
+    assert promoted.document["values"] == {**osm.document["values"], **trials[-1].trial_values}
+    for bad in ({"window_size": []}, {"window_size": {"low": 9, "high": 1}}, {"window_size": {"mode": "auto"}}):
+        with pytest.raises(BadRequestError):
+            run(lambda c: c.agents.optimizations.create(osm.id, objective="accuracy", validation_examples=[file_id],
+                                                        max_trials=1, search_space=bad))
+
+
+def test_evaluations_and_optimizations_check_their_inputs_at_create(agents_emu, run):
+    file_id = _upload(agents_emu, "labelled.csv")
+    osm = run(lambda c: c.agents.blueprints.get("osm"))
+    missing = "never_uploaded.csv"
+    attempts = [
+        lambda c: c.agents.evals.create(osm.id, [file_id, missing]),
+        lambda c: c.agents.optimizations.create(osm.id, objective="macro_f1", validation_examples=[missing], max_trials=1),
+        lambda c: c.agents.optimizations.create(osm.id, objective="macro_f1", validation_examples=[file_id],
+                                                training_examples=[missing], max_trials=1),
+    ]
+    for attempt in attempts:
+        with pytest.raises(NotFoundError) as info:
+            run(attempt)
+        assert info.value.code == "file_not_found" and missing in str(info.value)
+    assert run(lambda c: c.agents.evals.list()) == [] and run(lambda c: c.agents.optimizations.list()) == []
+    # A blueprint key is taken, and the record holds the blueprint's id, as the field's name says.
+    evaluation = run(lambda c: c.agents.evals.create("osm", [file_id]))
+    opt = run(lambda c: c.agents.optimizations.create("osm", objective="macro_f1", validation_examples=[file_id],
+                                                      max_trials=1))
+    assert evaluation.blueprint_id == osm.id and opt.blueprint_id == osm.id
+
+
 def test_serving_mode_answers_queries(agents_emu, run):
     bundle = _osm_bundle(agents_emu)
     agent = run(lambda c: c.agents.bundles.run(bundle.id, mode="serving"))

@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use super::catalog::{is_node, node_registry};
 use super::store::{layered, now, type_id, AgentRec, BlueprintRec, BundleRec, JsonRec, Store};
 use super::table::{transition, Status, Trigger};
-use super::work::{EvalJob, RunJob, TrialJob};
+use super::work::{objective_metric, search_space, EvalJob, RunJob, TrialJob};
 use crate::emulator::api_error::ApiError;
 use crate::emulator::auth::{self, KeyInfo, Role};
 use crate::emulator::catalogue::Catalogue;
@@ -612,18 +612,34 @@ fn examples(body: &Map<String, Value>, field: &str, required: bool) -> Result<Op
     Ok(Some(list.clone()))
 }
 
-fn blueprint_values(store: &Store, org: &str, id: &str) -> Result<Value, ApiError> {
-    store.blueprint(org, id).map(|b| b.document.get("values").cloned().unwrap_or(json!({})))
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("Blueprint {id:?} not found.")))
+/// The `file` inputs of `examples` must exist, as a run's sources must: refused at create with
+/// 404 `file_not_found`, not accepted and failed later for want of labels.
+fn check_example_files(shared: &Shared, org: &str, examples: Option<&Value>) -> Result<(), ApiError> {
+    let inputs = examples.and_then(Value::as_array).into_iter().flatten()
+        .flat_map(|e| e.get("inputs").and_then(Value::as_array).into_iter().flatten());
+    for input in inputs {
+        let file = input["id"].as_str().unwrap_or("");
+        if input["type"] == json!("file") && !shared.files.exists(org, file) {
+            return Err(ApiError::file_not_found(file));
+        }
+    }
+    Ok(())
+}
+
+/// The blueprint's `blp_` id (the reference may be a key) and its default values.
+fn blueprint_values(store: &Store, org: &str, reference: &str) -> Result<(String, Value), ApiError> {
+    store.blueprint(org, reference).map(|b| (b.id.clone(), b.document.get("values").cloned().unwrap_or(json!({}))))
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("Blueprint {reference:?} not found.")))
 }
 
 async fn create_eval(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: axum::body::Bytes) -> Answer {
     let who = caller(&shared, &headers)?;
     let body = object(&body)?;
-    let blueprint_id = text_field(&body, "blueprint_id")?.ok_or_else(|| ApiError::invalid_request("Field 'blueprint_id' is required."))?;
+    let reference = text_field(&body, "blueprint_id")?.ok_or_else(|| ApiError::invalid_request("Field 'blueprint_id' is required."))?;
     let list = examples(&body, "examples", true)?;
+    check_example_files(&shared, &who.org, list.as_ref())?;
     let mut store = shared.agents.store.lock();
-    let values = blueprint_values(&store, &who.org, &blueprint_id)?;
+    let (blueprint_id, values) = blueprint_values(&store, &who.org, &reference)?;
     let record = json!({
         "id": type_id("evl"), "name": text_field(&body, "name")?.unwrap_or_default(), "blueprint_id": blueprint_id,
         "status": "running", "created_at": now(), "started_at": null, "completed_at": null, "error": null,
@@ -722,20 +738,27 @@ async fn eval_examples(State(shared): State<Arc<Shared>>, headers: HeaderMap, Pa
 async fn create_optimization(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: axum::body::Bytes) -> Answer {
     let who = caller(&shared, &headers)?;
     let body = object(&body)?;
-    let blueprint_id = text_field(&body, "blueprint_id")?.ok_or_else(|| ApiError::invalid_request("Field 'blueprint_id' is required."))?;
+    let reference = text_field(&body, "blueprint_id")?.ok_or_else(|| ApiError::invalid_request("Field 'blueprint_id' is required."))?;
     let objective = body.get("objective").filter(|o| !o.is_null()).cloned()
         .ok_or_else(|| ApiError::invalid_request("Field 'objective' is required."))?;
+    objective_metric(&objective).map_err(ApiError::invalid_request)?;
     let validation = examples(&body, "validation_examples", true)?;
+    let training = examples(&body, "training_examples", false)?;
+    let calibration = examples(&body, "calibration_examples", false)?;
     let max_trials = body.get("budget").and_then(|b| b.get("max_trials")).and_then(Value::as_u64).filter(|n| (1..=100).contains(n))
         .ok_or_else(|| ApiError::invalid_request("budget.max_trials must be a whole number from 1 to 100."))?;
+    search_space(body.get("search_space").unwrap_or(&Value::Null)).map_err(ApiError::invalid_request)?;
+    for list in [&validation, &training, &calibration] {
+        check_example_files(&shared, &who.org, list.as_ref())?;
+    }
     let mut store = shared.agents.store.lock();
-    blueprint_values(&store, &who.org, &blueprint_id)?;
+    let (blueprint_id, _) = blueprint_values(&store, &who.org, &reference)?;
     let record = json!({
         "id": type_id("opt"), "name": text_field(&body, "name")?.unwrap_or_default(), "blueprint_id": blueprint_id,
         "objective": objective, "budget": {"max_trials": max_trials}, "status": "running",
         "progress": {"pending": max_trials, "running": 0, "completed": 0, "failed": 0},
-        "validation_examples": validation, "training_examples": examples(&body, "training_examples", false)?,
-        "calibration_examples": examples(&body, "calibration_examples", false)?,
+        "validation_examples": validation, "training_examples": training,
+        "calibration_examples": calibration,
         "search_space": body.get("search_space"), "overrides": body.get("overrides"), "constraints": body.get("constraints"),
         "created_at": now(), "started_at": now(), "completed_at": null, "error": null,
     });
