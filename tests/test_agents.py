@@ -294,6 +294,23 @@ def test_blueprints_yaml_replacement_and_versions(agents_emu, run):
     assert with_yaml.yaml_document
 
 
+def test_an_archived_key_names_its_one_blueprint(agents_emu, run):
+    # Two replacements on one day: each replaced version gets its own archived key, and
+    # `get` (which takes a blp_ id or a key) finds the version by it.
+    v1 = run(lambda c: c.agents.blueprints.create("mine", document=DOCUMENT))
+    v2 = run(lambda c: c.agents.blueprints.create("mine", document=DOCUMENT, replacement_of=v1.id))
+    v3 = run(lambda c: c.agents.blueprints.create("mine", document=DOCUMENT, replacement_of=v2.id))
+    keys = [run(lambda c: c.agents.blueprints.get(v.id)).blueprint_key for v in (v1, v2)]
+    assert keys[0] != keys[1] and all(k.startswith("mine-") for k in keys)
+    for version, key in zip((v1, v2), keys):
+        assert run(lambda c: c.agents.blueprints.get(key)).id == version.id
+        assert [b.id for b in run(lambda c: c.agents.blueprints.list(key=key))] == [version.id]
+    assert [v.id for v in run(lambda c: c.agents.blueprints.versions(keys[0]))] == [v3.id, v2.id, v1.id]
+    assert run(lambda c: c.agents.blueprints.get("mine")).id == v3.id
+    with pytest.raises(NotFoundError):
+        run(lambda c: c.agents.blueprints.get(keys[0] + "-9"))
+
+
 def test_blueprint_roles(agents_emu):
     member = agents_emu.client(api_key=agents_emu.new_api_key(role="member"))
     with pytest.raises(PermissionDeniedError):
@@ -354,6 +371,40 @@ def test_a_list_survives_its_items_leaving_it_while_it_is_read():
             assert info.value.code == "invalid_cursor"
 
 
+@pytest.mark.parametrize("sort, order", [(None, None), ("name", None), ("name", "desc"), ("created_at", "asc")])
+def test_deleting_bundles_while_listing_them_sees_every_bundle_once(client_kind, sort, order):
+    # Bundles are listed by last run or name, not in their ids' order: the cursor of the next
+    # page (a bundle just deleted) must still mark its place by that order.
+    with Emulator(page_size=1, work_duration=0.05) as emu:
+        file_id = _upload(emu)
+        with emu.client() as client:
+            own = [client.agents.bundles.create("osm", name=n).id for n in ["d", "c", "b", "a", "e"]]
+            client.agents.instances.wait(client.agents.bundles.run(own[2], file_id).id, timeout=30)
+            canonical = [b.id for b in client.agents.bundles.list() if b.is_canonical]
+
+        async def drain_async(c: Any) -> list[str]:
+            seen = []
+            async for b in c.agents.bundles.list(sort=sort, order=order):
+                seen.append(b.id)
+                if not b.is_canonical:
+                    await c.agents.bundles.delete(b.id)
+            return seen
+
+        def drain(c: Any) -> list[str]:
+            seen = []
+            for b in c.agents.bundles.list(sort=sort, order=order):
+                seen.append(b.id)
+                if not b.is_canonical:
+                    c.agents.bundles.delete(b.id)
+            return seen
+
+        seen = run_on(client_kind, drain_async if client_kind == "async" else drain,
+                      api_key=emu.api_key, base_url=emu.base_url)
+        assert sorted(seen) == sorted(own + canonical)
+        with emu.client() as client:
+            assert sorted(b.id for b in client.agents.bundles.list()) == sorted(canonical)
+
+
 def test_evaluations_and_optimizations(agents_emu, run):
     labelled = "timestamp,temperature,state\n" + "".join(f"{i},{i % 9},{'idle' if i % 2 else 'running'}\n"
                                                          for i in range(120))
@@ -373,6 +424,58 @@ def test_evaluations_and_optimizations(agents_emu, run):
     assert len(trials) == 2 and all(t.objective_value is not None for t in trials)
     promoted = run(lambda c: c.agents.optimizations.promote(opt.id, trials[0].id))
     assert isinstance(promoted, Blueprint) and promoted.id.startswith("blp_")
+
+
+def test_optimization_trials_draw_from_the_search_space_and_report_the_objective(agents_emu, run):
+    file_id = _upload(agents_emu, "labelled.csv", "t,a,state\n" + "".join(f"{i},{i % 5},{'idle' if i < 40 else 'running'}\n"
+                                                                        for i in range(80)))
+    osm = run(lambda c: c.agents.blueprints.get("osm"))
+    space = {"window_size": [32, 64], "step_size": {"low": 4, "high": 8}}
+
+    def optimize() -> tuple[list[Any], str]:
+        opt = run(lambda c: c.agents.optimizations.create("osm", objective="accuracy", validation_examples=[file_id],
+                                                          max_trials=3, search_space=space))
+        assert run(lambda c: c.agents.optimizations.wait(opt.id, timeout=60)).status == "completed"
+        return sorted(run(lambda c: c.agents.optimizations.trials(opt.id)), key=lambda t: t.trial_number), opt.id
+
+    trials, opt_id = optimize()
+    assert len(trials) == 3
+    for t in trials:
+        assert set(t.trial_values) == {"window_size", "step_size"}, t.trial_values
+        assert t.trial_values["window_size"] in (32, 64) and 4 <= t.trial_values["step_size"] <= 8
+        assert isinstance(t.trial_values["step_size"], int)
+        assert t.metrics_report["targets"]["state"] == {"accuracy": t.objective_value}
+    assert {t.trial_values["window_size"] for t in trials} == {32, 64}, "the trials cover the choices"
+    again, _ = optimize()
+    assert [(t.trial_values, t.objective_value) for t in again] == [(t.trial_values, t.objective_value) for t in trials]
+    promoted = run(lambda c: c.agents.optimizations.promote(opt_id, trials[-1].id))
+    assert promoted.document["values"] == {**osm.document["values"], **trials[-1].trial_values}
+    for bad in ({"window_size": []}, {"window_size": {"low": 9, "high": 1}}, {"window_size": {"mode": "auto"}}):
+        with pytest.raises(BadRequestError):
+            run(lambda c: c.agents.optimizations.create(osm.id, objective="accuracy", validation_examples=[file_id],
+                                                        max_trials=1, search_space=bad))
+
+
+def test_evaluations_and_optimizations_check_their_inputs_at_create(agents_emu, run):
+    file_id = _upload(agents_emu, "labelled.csv")
+    osm = run(lambda c: c.agents.blueprints.get("osm"))
+    missing = "never_uploaded.csv"
+    attempts = [
+        lambda c: c.agents.evals.create(osm.id, [file_id, missing]),
+        lambda c: c.agents.optimizations.create(osm.id, objective="macro_f1", validation_examples=[missing], max_trials=1),
+        lambda c: c.agents.optimizations.create(osm.id, objective="macro_f1", validation_examples=[file_id],
+                                                training_examples=[missing], max_trials=1),
+    ]
+    for attempt in attempts:
+        with pytest.raises(NotFoundError) as info:
+            run(attempt)
+        assert info.value.code == "file_not_found" and missing in str(info.value)
+    assert run(lambda c: c.agents.evals.list()) == [] and run(lambda c: c.agents.optimizations.list()) == []
+    # A blueprint key is taken, and the record holds the blueprint's id, as the field's name says.
+    evaluation = run(lambda c: c.agents.evals.create("osm", [file_id]))
+    opt = run(lambda c: c.agents.optimizations.create("osm", objective="macro_f1", validation_examples=[file_id],
+                                                      max_trials=1))
+    assert evaluation.blueprint_id == osm.id and opt.blueprint_id == osm.id
 
 
 def test_serving_mode_answers_queries(agents_emu, run):
@@ -478,6 +581,26 @@ def test_removed_model_field_is_refused_before_sending(agents_emu):
         with pytest.raises(InvalidArgumentError) as info:
             client.agents.bundles.create("osm", name="x", model="Newton::c2_4_7b_251215a172f6d7")
     assert "models" in str(info.value) and agents_emu.requests == []
+
+
+def test_bundle_models_name_declared_slots_and_registry_tags(agents_emu, run):
+    osm = run(lambda c: c.agents.blueprints.get("osm"))
+    (slot,) = osm.document["models"]
+    tag = osm.document["models"][slot]["tag"]
+    bundle = run(lambda c: c.agents.bundles.create("osm", name="tagged", models={slot: tag}))
+    assert bundle.status == "ready" and bundle.models == {slot: tag}
+    for models, named in [({"no_such_slot": tag}, "no_such_slot"), ({slot: "::::"}, "::::"),
+                          ({slot: "no-such-tag"}, "no-such-tag"), ({slot: "Newton::no_such_version"}, "no_such_version")]:
+        with pytest.raises(BadRequestError) as info:
+            run(lambda c: c.agents.bundles.create("osm", name="bad", models=models))
+        assert info.value.code == "invalid_request" and named in str(info.value), models
+    # The registry is the organization's own: a tag only another organization has is unaddressable.
+    small = agents_emu.new_api_key(org="small-co", models=[{"id": "Acme::ft-1", "family": "encoder"}])
+    with pytest.raises(BadRequestError):
+        run(lambda c: c.agents.bundles.create("osm", name="bad", models={slot: tag}), api_key=small)
+    mine = run(lambda c: c.agents.blueprints.create("own-slots", document={**DOCUMENT, "models": {"m": {}}}),
+               api_key=small)
+    assert run(lambda c: c.agents.bundles.create(mine.id, name="ok", models={"m": "Acme::ft-1"}), api_key=small).models
 
 
 def test_records_from_the_spec_tables():

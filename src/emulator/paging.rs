@@ -75,6 +75,41 @@ pub(crate) fn page_with<T>(
     default_limit: usize,
     render: impl Fn(T) -> Value,
 ) -> Result<Value, ApiError> {
+    page_placed(items, params, default_limit, render, cursor_place)
+}
+
+/// `page_with` for a list in an order of its own (bundles by last run or name), not the ids'
+/// order: each item comes with its sort key, `descending` says which way the list runs, and
+/// `key_of` gives the key of a cursor's item that has left the list (deleted, or filtered out),
+/// which the list's owner still knows. The cursor is placed where that key sorts, so every item
+/// still in the list is returned exactly once; a cursor `key_of` does not know is
+/// `invalid_cursor`. Keys must be unique (end them with a sequence number).
+pub(crate) fn page_sorted<K: Ord, T>(
+    items: Vec<(String, K, T)>,
+    descending: bool,
+    key_of: impl Fn(&str) -> Option<K>,
+    params: &Params,
+    default_limit: usize,
+    render: impl Fn(T) -> Value,
+) -> Result<Value, ApiError> {
+    let (keys, items): (Vec<K>, Vec<(String, T)>) = items.into_iter().map(|(id, k, v)| (k, (id, v))).unzip();
+    page_placed(items, params, default_limit, render, |items, cursor| {
+        if let Some(i) = items.iter().position(|(id, _)| id == cursor) {
+            return Ok(Place::At(i));
+        }
+        let key = key_of(cursor).ok_or_else(|| invalid_cursor(cursor))?;
+        let ahead = |k: &K| if descending { *k > key } else { *k < key };
+        Ok(Place::Before(keys.iter().take_while(|k| ahead(k)).count()))
+    })
+}
+
+fn page_placed<T>(
+    items: Vec<(String, T)>,
+    params: &Params,
+    default_limit: usize,
+    render: impl Fn(T) -> Value,
+    cursor_place: impl Fn(&[(String, T)], &str) -> Result<Place, ApiError>,
+) -> Result<Value, ApiError> {
     let limit = params.limit(default_limit)?;
     let (after, before) = (params.get("after"), params.get("before"));
     if after.is_some() && before.is_some() {
@@ -117,15 +152,13 @@ enum Place {
 /// or no longer matching the filter, as a run that finished does for `status=running`) still
 /// marks a place: ids sort in the order they were made (`type_id`, or a counter), and a list in
 /// that order or its reverse is cut where the id would be. A cursor of another shape, or a list
-/// in some other order, is 400 `invalid_cursor`, as a made-up cursor is on the live service.
+/// in some other order, is 400 `invalid_cursor`, as a made-up cursor is on the live service
+/// (a list in an order of its own pages with `page_sorted`, which knows its items' keys).
 fn cursor_place<T>(items: &[(String, T)], cursor: &str) -> Result<Place, ApiError> {
     if let Some(i) = items.iter().position(|(id, _)| id == cursor) {
         return Ok(Place::At(i));
     }
-    let invalid = || {
-        ApiError::bad_request("invalid_cursor", format!("Cursor {cursor:?} is not valid."))
-            .with_suggestion("Use next_cursor from a previous page, or an id from the list, as given.")
-    };
+    let invalid = || invalid_cursor(cursor);
     let key = id_order(cursor).ok_or_else(invalid)?;
     let keys: Vec<IdOrder> = items.iter().map(|(id, _)| id_order(id)).collect::<Option<_>>().ok_or_else(invalid)?;
     if keys.iter().any(|k| k.0 != key.0) {
@@ -139,6 +172,11 @@ fn cursor_place<T>(items: &[(String, T)], cursor: &str) -> Result<Place, ApiErro
         (false, true) => Ok(Place::Before(keys.iter().take_while(|k| **k < key).count())),
         (false, false) => Err(invalid()),
     }
+}
+
+fn invalid_cursor(cursor: &str) -> ApiError {
+    ApiError::bad_request("invalid_cursor", format!("Cursor {cursor:?} is not valid."))
+        .with_suggestion("Use next_cursor from a previous page, or an id from the list, as given.")
 }
 
 /// How an id sorts: its prefix, then a TypeID's fixed-width body as text or a counter as a number.
@@ -195,5 +233,27 @@ mod tests {
         assert!(page(list(&[9, 8]), &Params::parse(Some("after=job_3")), 100).is_err());
         assert!(page(list(&[2, 9, 1]), &Params::parse(Some("after=id_5")), 100).is_err());
         assert_eq!(Params::parse(Some("yaml=true")).flag("yaml").unwrap(), Some(true));
+    }
+
+    #[test]
+    fn a_list_in_its_own_order_places_a_gone_cursor_by_its_key() {
+        // Sorted by name, whose order is not the ids' order; "b" (id_9) was the last item of the
+        // previous page and has been deleted since.
+        let known = [("id_9", "b"), ("id_1", "c"), ("id_7", "d"), ("id_2", "a")];
+        let key_of = |id: &str| known.iter().find(|(i, _)| *i == id).map(|(_, k)| k.to_string());
+        let list = |ids: &[&str]| {
+            ids.iter().map(|id| (id.to_string(), key_of(id).unwrap(), json!(key_of(id).unwrap()))).collect::<Vec<_>>()
+        };
+        let p = page_sorted(list(&["id_2", "id_1", "id_7"]), false, key_of, &Params::parse(Some("limit=1&after=id_9")), 100, |v| v).unwrap();
+        assert_eq!(p, json!({"data": ["c"], "has_more": true, "next_cursor": "id_1"}));
+        let p = page_sorted(list(&["id_7", "id_1", "id_2"]), true, key_of, &Params::parse(Some("after=id_9")), 100, |v| v).unwrap();
+        assert_eq!(p["data"], json!(["a"]));
+        let p = page_sorted(list(&["id_2", "id_1", "id_7"]), false, key_of, &Params::parse(Some("before=id_9")), 100, |v| v).unwrap();
+        assert_eq!(p["data"], json!(["a"]));
+        // A cursor still in the list is its own place; one the list never knew is refused.
+        let p = page_sorted(list(&["id_2", "id_1", "id_7"]), false, key_of, &Params::parse(Some("after=id_1")), 100, |v| v).unwrap();
+        assert_eq!(p["data"], json!(["d"]));
+        let e = page_sorted(list(&["id_2"]), false, key_of, &Params::parse(Some("after=id_5")), 100, |v| v).unwrap_err();
+        assert_eq!(e.status.as_u16(), 400);
     }
 }

@@ -26,16 +26,21 @@ pub fn is_node(key: &str) -> bool {
     NODES.iter().any(|(k, _, _)| *k == key)
 }
 
-/// A canonical blueprint: key, name, description, the processing node, default values, and its
-/// Quick Start bundle's data set.
+/// A canonical blueprint: key, name, description, the processing node, its model slot (name and
+/// default registry tag), default values, and its Quick Start bundle's data set.
 pub struct Canonical {
     pub key: &'static str,
     pub name: &'static str,
     pub description: &'static str,
     pub node: &'static str,
+    pub model_slot: (&'static str, &'static str),
     pub values: fn() -> Value,
     pub quick_start: &'static [&'static str],
 }
+
+/// Default tags of the canonical model slots: versions of the default model registry.
+const ENCODER: &str = "OmegaEncoder::omega_embeddings_01";
+const REASONER: &str = "Newton::c2_4_7b_251215a172f6d7";
 
 pub const CANONICAL: &[Canonical] = &[
     Canonical {
@@ -43,6 +48,7 @@ pub const CANONICAL: &[Canonical] = &[
         name: "Operational State Monitoring Agent",
         description: "Labels each window of a sensor recording with the machine's operating state.",
         node: "StateClassifier",
+        model_slot: ("encoder", ENCODER),
         values: || json!({"window_size": 16, "step_size": 16, "states": ["idle", "running", "loaded", "fault"]}),
         quick_start: &["Volve Six State"],
     },
@@ -51,6 +57,7 @@ pub const CANONICAL: &[Canonical] = &[
         name: "Rare Event Detection Agent",
         description: "Scores each window of a sensor recording for rare events.",
         node: "EventDetector",
+        model_slot: ("encoder", ENCODER),
         values: || json!({"window_size": 16, "step_size": 16, "threshold": 0.8}),
         quick_start: &["Pump Breakdown"],
     },
@@ -59,6 +66,7 @@ pub const CANONICAL: &[Canonical] = &[
         name: "Anomaly Detection Agent",
         description: "Scores each window of a sensor recording for anomalies.",
         node: "EventDetector",
+        model_slot: ("encoder", ENCODER),
         values: || json!({"window_size": 16, "step_size": 16, "threshold": 0.7}),
         quick_start: &["Bearing Breakdown", "Bearing Breakdown Embeddings"],
     },
@@ -67,6 +75,7 @@ pub const CANONICAL: &[Canonical] = &[
         name: "Manual Generation Agent",
         description: "Turns a procedure video into a step-by-step manual.",
         node: "ManualGenerator",
+        model_slot: ("reasoner", REASONER),
         values: || {
             json!({"max_frames": 32, "max_new_tokens": 256,
                    "prompt": "Describe each step of the procedure shown, one instruction per step."})
@@ -78,6 +87,7 @@ pub const CANONICAL: &[Canonical] = &[
         name: "Task Verification Agent",
         description: "Checks that a recorded task followed its expected steps.",
         node: "TaskVerifier",
+        model_slot: ("reasoner", REASONER),
         values: || json!({"max_frames": 32, "steps": ["pick", "place", "inspect"]}),
         quick_start: &["Pick and Place Video"],
     },
@@ -99,6 +109,8 @@ pub fn canonical_document(c: &Canonical) -> Value {
             "sink": {"key": "RecordsSink", "config": {"format": "jsonl/per-request"}},
         },
         "nodes": {"model": {"key": c.node, "config": {"values": "${values}"}}},
+        // The slot a bundle's `models` may fill (release 1.1.10 checks bundles against it).
+        "models": {c.model_slot.0: {"tag": c.model_slot.1, "parameters": {}}},
         "values": (c.values)(),
     })
 }

@@ -17,10 +17,11 @@ use serde_json::{json, Map, Value};
 use super::catalog::{is_node, node_registry};
 use super::store::{layered, now, type_id, AgentRec, BlueprintRec, BundleRec, JsonRec, Store};
 use super::table::{transition, Status, Trigger};
-use super::work::{EvalJob, RunJob, TrialJob};
+use super::work::{objective_metric, search_space, EvalJob, RunJob, TrialJob};
 use crate::emulator::api_error::ApiError;
 use crate::emulator::auth::{self, KeyInfo, Role};
-use crate::emulator::paging::{page, page_with, Params};
+use crate::emulator::catalogue::Catalogue;
+use crate::emulator::paging::{page, page_sorted, page_with, Params};
 use crate::emulator::state::Shared;
 
 type Answer = Result<Response, ApiError>;
@@ -207,11 +208,7 @@ async fn create_blueprint(State(shared): State<Arc<Shared>>, headers: HeaderMap,
         }
     }
     if let Some(old_id) = &replacement_of {
-        if let Some(old) = store.blueprints.iter_mut().find(|b| b.id == *old_id) {
-            let date = time::OffsetDateTime::from(old.created);
-            old.key = format!("{}-{:04}{:02}{:02}", old.key, date.year(), u8::from(date.month()), date.day());
-            old.active = false;
-        }
+        store.archive(old_id);
     }
     let seq = store.next_seq();
     let name = document.get("name").and_then(Value::as_str).unwrap_or(&key).to_string();
@@ -301,9 +298,10 @@ async fn create_bundle(State(shared): State<Arc<Shared>>, headers: HeaderMap, bo
         return Err(ApiError::invalid_request("models must map each slot name to a registry tag (a string)."));
     }
     let mut store = shared.agents.store.lock();
-    let blueprint_id = store.blueprint(&who.org, &reference)
-        .map(|b| b.id.clone())
+    let blueprint = store.blueprint(&who.org, &reference)
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("Blueprint {reference:?} not found.")))?;
+    check_model_slots(&models, blueprint, &shared.catalogue_for(&who.org))?;
+    let blueprint_id = blueprint.id.clone();
     let seq = store.next_seq();
     let rec = BundleRec {
         id: type_id("bnd"), name, description: text_field(&body, "description")?.unwrap_or_default(), blueprint_id,
@@ -313,6 +311,36 @@ async fn create_bundle(State(shared): State<Arc<Shared>>, headers: HeaderMap, bo
     let answer = rec.json();
     store.bundles.push(rec);
     ok(StatusCode::CREATED, answer)
+}
+
+/// Release 1.1.10: a bundle's `models` are refused at creation when a reference is malformed
+/// (a tag not of the form `<family>::<version>`) or unaddressable (a slot the blueprint's
+/// `models` does not declare, or a tag the organization's model registry, `GET /models`, does
+/// not hold), rather than failing the run later. 400 `invalid_request`, the spec's code for an
+/// invalid request.
+fn check_model_slots(models: &Value, blueprint: &BlueprintRec, registry: &Catalogue) -> Result<(), ApiError> {
+    let declared = blueprint.document.get("models").and_then(Value::as_object);
+    for (slot, tag) in models.as_object().into_iter().flatten() {
+        let tag = tag.as_str().unwrap_or_default();
+        if !declared.is_some_and(|d| d.contains_key(slot)) {
+            let names = declared.map(|d| d.keys().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ")).unwrap_or_default();
+            let has = if names.is_empty() { "declares no model slots".to_string() } else { format!("declares the model slots {names}") };
+            return Err(ApiError::invalid_request(format!("models: {slot:?} is not a model slot of blueprint {}, which {has}.", blueprint.key)));
+        }
+        let (prefix, version) = crate::wire::models::split_model_id(tag);
+        if prefix.is_none_or(|p| p.trim().is_empty()) || version.trim().is_empty() || version.contains("::") {
+            return Err(ApiError::invalid_request(format!(
+                "models: the tag of slot {slot:?} is {tag:?}, which is not a registry tag (<family>::<version>)."
+            )));
+        }
+        if registry.family_of(tag).is_none() {
+            return Err(ApiError::invalid_request(format!(
+                "models: the tag of slot {slot:?} is {tag:?}, which is not in the organization's model registry."
+            ))
+            .with_suggestion("GET /models lists the tags that can be used."));
+        }
+    }
+    Ok(())
 }
 
 async fn list_bundles(State(shared): State<Arc<Shared>>, headers: HeaderMap, RawQuery(q): RawQuery) -> Answer {
@@ -329,21 +357,22 @@ async fn list_bundles(State(shared): State<Arc<Shared>>, headers: HeaderMap, Raw
     let needle = params.get("query").map(str::to_lowercase);
     let store = shared.agents.store.lock();
     let visible = Store::visible(&who.org);
-    let mut found: Vec<&BundleRec> = store.bundles.iter().filter(|b| {
+    // One key sorts the list and places a cursor whose bundle has left it (deleted, or filtered
+    // out): the ids' order is not the list's, so the id alone cannot say where it was.
+    let key = |b: &BundleRec| match sort {
+        "name" => (b.name.clone(), b.seq, 0),
+        "created_at" => (String::new(), b.seq, 0),
+        _ => (String::new(), b.last_run, b.seq),
+    };
+    let mut found: Vec<(String, (String, u64, u64), &BundleRec)> = store.bundles.iter().filter(|b| {
         visible(&b.org)
             && params.get("blueprint_id").is_none_or(|id| b.blueprint_id == id)
             && needle.as_ref().is_none_or(|n| b.name.to_lowercase().contains(n) || b.id.contains(n.as_str()))
-    }).collect();
-    match sort {
-        "name" => found.sort_by(|a, b| a.name.cmp(&b.name).then(a.seq.cmp(&b.seq))),
-        "created_at" => found.sort_by_key(|b| b.seq),
-        _ => found.sort_by_key(|b| (b.last_run, b.seq)),
-    }
-    if order == "desc" {
-        found.reverse();
-    }
-    let items = found.into_iter().map(|b| (b.id.clone(), b.json())).collect();
-    ok(StatusCode::OK, page(items, &params, shared.page_size)?)
+    }).map(|b| (b.id.clone(), key(b), b)).collect();
+    let descending = order == "desc";
+    found.sort_by(|a, b| if descending { b.1.cmp(&a.1) } else { a.1.cmp(&b.1) });
+    let key_of = |id: &str| store.bundles.iter().chain(&store.deleted_bundles).find(|b| b.id == id && visible(&b.org)).map(key);
+    ok(StatusCode::OK, page_sorted(found, descending, key_of, &params, shared.page_size, BundleRec::json)?)
 }
 
 async fn get_bundle(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(id): Path<String>, RawQuery(q): RawQuery) -> Answer {
@@ -368,7 +397,10 @@ async fn delete_bundle(State(shared): State<Arc<Shared>>, headers: HeaderMap, Pa
     if bundle.org.is_none() {
         return Err(forbidden("A canonical bundle cannot be deleted."));
     }
-    store.bundles.retain(|b| b.id != id);
+    if let Some(i) = store.bundles.iter().position(|b| b.id == id) {
+        let gone = store.bundles.remove(i);
+        store.deleted_bundles.push(gone);
+    }
     no_content()
 }
 
@@ -580,18 +612,34 @@ fn examples(body: &Map<String, Value>, field: &str, required: bool) -> Result<Op
     Ok(Some(list.clone()))
 }
 
-fn blueprint_values(store: &Store, org: &str, id: &str) -> Result<Value, ApiError> {
-    store.blueprint(org, id).map(|b| b.document.get("values").cloned().unwrap_or(json!({})))
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("Blueprint {id:?} not found.")))
+/// The `file` inputs of `examples` must exist, as a run's sources must: refused at create with
+/// 404 `file_not_found`, not accepted and failed later for want of labels.
+fn check_example_files(shared: &Shared, org: &str, examples: Option<&Value>) -> Result<(), ApiError> {
+    let inputs = examples.and_then(Value::as_array).into_iter().flatten()
+        .flat_map(|e| e.get("inputs").and_then(Value::as_array).into_iter().flatten());
+    for input in inputs {
+        let file = input["id"].as_str().unwrap_or("");
+        if input["type"] == json!("file") && !shared.files.exists(org, file) {
+            return Err(ApiError::file_not_found(file));
+        }
+    }
+    Ok(())
+}
+
+/// The blueprint's `blp_` id (the reference may be a key) and its default values.
+fn blueprint_values(store: &Store, org: &str, reference: &str) -> Result<(String, Value), ApiError> {
+    store.blueprint(org, reference).map(|b| (b.id.clone(), b.document.get("values").cloned().unwrap_or(json!({}))))
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("Blueprint {reference:?} not found.")))
 }
 
 async fn create_eval(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: axum::body::Bytes) -> Answer {
     let who = caller(&shared, &headers)?;
     let body = object(&body)?;
-    let blueprint_id = text_field(&body, "blueprint_id")?.ok_or_else(|| ApiError::invalid_request("Field 'blueprint_id' is required."))?;
+    let reference = text_field(&body, "blueprint_id")?.ok_or_else(|| ApiError::invalid_request("Field 'blueprint_id' is required."))?;
     let list = examples(&body, "examples", true)?;
+    check_example_files(&shared, &who.org, list.as_ref())?;
     let mut store = shared.agents.store.lock();
-    let values = blueprint_values(&store, &who.org, &blueprint_id)?;
+    let (blueprint_id, values) = blueprint_values(&store, &who.org, &reference)?;
     let record = json!({
         "id": type_id("evl"), "name": text_field(&body, "name")?.unwrap_or_default(), "blueprint_id": blueprint_id,
         "status": "running", "created_at": now(), "started_at": null, "completed_at": null, "error": null,
@@ -690,20 +738,27 @@ async fn eval_examples(State(shared): State<Arc<Shared>>, headers: HeaderMap, Pa
 async fn create_optimization(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: axum::body::Bytes) -> Answer {
     let who = caller(&shared, &headers)?;
     let body = object(&body)?;
-    let blueprint_id = text_field(&body, "blueprint_id")?.ok_or_else(|| ApiError::invalid_request("Field 'blueprint_id' is required."))?;
+    let reference = text_field(&body, "blueprint_id")?.ok_or_else(|| ApiError::invalid_request("Field 'blueprint_id' is required."))?;
     let objective = body.get("objective").filter(|o| !o.is_null()).cloned()
         .ok_or_else(|| ApiError::invalid_request("Field 'objective' is required."))?;
+    objective_metric(&objective).map_err(ApiError::invalid_request)?;
     let validation = examples(&body, "validation_examples", true)?;
+    let training = examples(&body, "training_examples", false)?;
+    let calibration = examples(&body, "calibration_examples", false)?;
     let max_trials = body.get("budget").and_then(|b| b.get("max_trials")).and_then(Value::as_u64).filter(|n| (1..=100).contains(n))
         .ok_or_else(|| ApiError::invalid_request("budget.max_trials must be a whole number from 1 to 100."))?;
+    search_space(body.get("search_space").unwrap_or(&Value::Null)).map_err(ApiError::invalid_request)?;
+    for list in [&validation, &training, &calibration] {
+        check_example_files(&shared, &who.org, list.as_ref())?;
+    }
     let mut store = shared.agents.store.lock();
-    blueprint_values(&store, &who.org, &blueprint_id)?;
+    let (blueprint_id, _) = blueprint_values(&store, &who.org, &reference)?;
     let record = json!({
         "id": type_id("opt"), "name": text_field(&body, "name")?.unwrap_or_default(), "blueprint_id": blueprint_id,
         "objective": objective, "budget": {"max_trials": max_trials}, "status": "running",
         "progress": {"pending": max_trials, "running": 0, "completed": 0, "failed": 0},
-        "validation_examples": validation, "training_examples": examples(&body, "training_examples", false)?,
-        "calibration_examples": examples(&body, "calibration_examples", false)?,
+        "validation_examples": validation, "training_examples": training,
+        "calibration_examples": calibration,
         "search_space": body.get("search_space"), "overrides": body.get("overrides"), "constraints": body.get("constraints"),
         "created_at": now(), "started_at": now(), "completed_at": null, "error": null,
     });
@@ -786,11 +841,7 @@ async fn promote_trial(State(shared): State<Arc<Shared>>, headers: HeaderMap, Pa
     let mut document = source.document.clone();
     document["values"] = layered(source.document.get("values").unwrap_or(&Value::Null), &trial["trial_values"]);
     if replaces {
-        if let Some(old) = store.blueprints.iter_mut().find(|b| b.id == source.id) {
-            let date = time::OffsetDateTime::from(old.created);
-            old.key = format!("{}-{:04}{:02}{:02}", old.key, date.year(), u8::from(date.month()), date.day());
-            old.active = false;
-        }
+        store.archive(&source.id);
     }
     let seq = store.next_seq();
     let rec = BlueprintRec {

@@ -272,6 +272,9 @@ pub(crate) struct Store {
     pub seq: u64,
     pub blueprints: Vec<BlueprintRec>,
     pub bundles: Vec<BundleRec>,
+    /// Deleted bundles, kept so that a list cursor naming one still marks its place (the bundle
+    /// list is sorted by last run or name, which its id does not tell).
+    pub deleted_bundles: Vec<BundleRec>,
     pub agents: Vec<AgentRec>,
     pub evals: Vec<JsonRec>,
     pub optimizations: Vec<JsonRec>,
@@ -290,14 +293,37 @@ impl Store {
     }
 
     /// A blueprint by `blp_` id, or the active holder of a key (the organization's own before
-    /// a canonical one).
+    /// a canonical one), or else the replaced version that holds it as its archived key.
     pub fn blueprint(&self, org: &str, reference: &str) -> Option<&BlueprintRec> {
         let visible = Store::visible(org);
         if reference.starts_with("blp_") {
             return self.blueprints.iter().find(|b| b.id == reference && visible(&b.org));
         }
-        let holders = self.blueprints.iter().filter(|b| b.active && b.key == reference && visible(&b.org));
-        holders.max_by_key(|b| (b.org.is_some(), b.seq))
+        let holders = self.blueprints.iter().filter(|b| b.key == reference && visible(&b.org));
+        holders.max_by_key(|b| (b.active, b.org.is_some(), b.seq))
+    }
+
+    /// Retires the active blueprint `id` when a new version replaces it: its key becomes
+    /// `<key>-<creation date>` (the spec), unique in its scope so that `get` can take it.
+    pub fn archive(&mut self, id: &str) {
+        let Some(i) = self.blueprints.iter().position(|b| b.id == id) else { return };
+        let old = &self.blueprints[i];
+        let date = time::OffsetDateTime::from(old.created);
+        let base = format!("{}-{:04}{:02}{:02}", old.key, date.year(), u8::from(date.month()), date.day());
+        let scope = old.org.clone();
+        // A second version archived under the same date (two replacements created on one day)
+        // becomes `<key>-<date>-2`, a third `-3`, and so on: the first keeps the spec's form,
+        // and no two blueprints of a scope share a key.
+        let taken = |key: &str| self.blueprints.iter().any(|b| b.key == key && b.org == scope);
+        let mut key = base.clone();
+        let mut n = 2;
+        while taken(&key) {
+            key = format!("{base}-{n}");
+            n += 1;
+        }
+        let old = &mut self.blueprints[i];
+        old.key = key;
+        old.active = false;
     }
 
     pub fn bundle(&self, org: &str, id: &str) -> Option<&BundleRec> {

@@ -282,6 +282,83 @@ impl Job for EvalJob {
     }
 }
 
+/// The metric an optimization's `objective` names, as (target, metric): `"accuracy"` or
+/// `"state.accuracy"`, or an objective object's `metric` (or `name`) in the same form. An
+/// object naming none is scored by the evaluations' default primary, `state.macro_f1`.
+pub(crate) fn objective_metric(objective: &Value) -> Result<(String, String), String> {
+    let name = match objective {
+        Value::String(s) => s.as_str(),
+        Value::Object(m) => ["metric", "name"].iter().find_map(|k| m.get(*k).and_then(Value::as_str)).unwrap_or("state.macro_f1"),
+        _ => return Err("objective must be a metric name (such as \"accuracy\" or \"state.macro_f1\") or an object.".into()),
+    };
+    let (target, metric) = name.trim().split_once('.').unwrap_or(("state", name.trim()));
+    if target.is_empty() || metric.is_empty() {
+        return Err(format!("objective names the metric {name:?}; it takes <metric> or <target>.<metric>."));
+    }
+    Ok((target.to_string(), metric.to_string()))
+}
+
+/// One searched value of `search_space`.
+pub(crate) enum Dimension {
+    /// `[a, b, ...]`: one of these.
+    Choices(Vec<Value>),
+    /// `{low, high}` (or `{min, max}`): a number in between, whole when both bounds are.
+    Range { low: f64, high: f64, whole: bool },
+}
+
+/// `search_space` as the trials draw from it: a map from value name to a list of choices or a
+/// `{low, high}` range. Null is no space given (the trials then vary a window size of their
+/// own); any other shape is refused at create, rather than ignored by every trial.
+pub(crate) fn search_space(space: &Value) -> Result<Option<Vec<(String, Dimension)>>, String> {
+    let map = match space {
+        Value::Null => return Ok(None),
+        Value::Object(map) => map,
+        _ => return Err("search_space must be an object mapping each value name to a list of choices or a {low, high} range.".into()),
+    };
+    let mut dimensions = Vec::new();
+    for (name, spec) in map {
+        let bounds = |a: &str, b: &str| Some((spec.get(a)?.as_f64()?, spec.get(b)?.as_f64()?, spec.get(a)?.is_i64() && spec.get(b)?.is_i64()));
+        let dimension = match spec {
+            Value::Array(choices) if !choices.is_empty() => Dimension::Choices(choices.clone()),
+            Value::Object(_) => match bounds("low", "high").or_else(|| bounds("min", "max")) {
+                Some((low, high, whole)) if low <= high => Dimension::Range { low, high, whole },
+                _ => return Err(format!("search_space.{name} must be {{low, high}} with low <= high (numbers).")),
+            },
+            _ => return Err(format!("search_space.{name} must be a list of one or more choices or a {{low, high}} range.")),
+        };
+        dimensions.push((name.clone(), dimension));
+    }
+    Ok(Some(dimensions))
+}
+
+/// The values of trial `number` of `trials`: the choices are walked as a grid (the first value
+/// changing fastest), so the trials cover every choice they can, and a range is sampled evenly
+/// from low to high. Deterministic: the same optimization gives the same trials.
+fn trial_values(space: Option<&[(String, Dimension)]>, number: u64, trials: u64) -> Value {
+    let Some(space) = space else {
+        return json!({"window_size": 8 * (number + 1), "k_neighbors": 5 + 2 * number});
+    };
+    let mut values = serde_json::Map::new();
+    let mut rest = number;
+    for (name, dimension) in space {
+        let value = match dimension {
+            Dimension::Choices(choices) => {
+                let n = choices.len() as u64;
+                let pick = choices[(rest % n) as usize].clone();
+                rest /= n;
+                pick
+            }
+            Dimension::Range { low, high, whole } => {
+                let at = if trials > 1 { number as f64 / (trials - 1) as f64 } else { 0.5 };
+                let x = low + (high - low) * at;
+                if *whole { json!(x.round() as i64) } else { json!(x) }
+            }
+        };
+        values.insert(name.clone(), value);
+    }
+    Value::Object(values)
+}
+
 /// One trial of an optimization; finishing it starts the next, and the last one ends the
 /// optimization.
 pub(crate) struct TrialJob {
@@ -300,13 +377,19 @@ impl TrialJob {
 impl Job for TrialJob {
     fn started(&self) {
         let mut store = self.shared.agents.store.lock();
+        let Some((org, space, trials)) = store.optimizations.iter().find(|o| o.id() == self.optimization_id)
+            .map(|o| (o.org.clone(), o.json["search_space"].clone(), o.json["budget"]["max_trials"].as_u64().unwrap_or(1)))
+        else {
+            return;
+        };
+        // The space was checked at create; one that no longer reads is no space.
+        let space = search_space(&space).ok().flatten();
         let trial = json!({
             "id": type_id("otr"), "optimization_id": self.optimization_id, "trial_number": self.number,
             "status": "running", "objective_value": null, "metrics_report": null,
-            "trial_values": {"window_size": 8 * (self.number + 1), "k_neighbors": 5 + 2 * self.number},
+            "trial_values": trial_values(space.as_deref(), self.number, trials),
             "created_at": now(), "completed_at": null,
         });
-        let org = store.optimizations.iter().find(|o| o.id() == self.optimization_id).map(|o| o.org.clone()).unwrap_or_default();
         store.trials.push((self.optimization_id.clone(), JsonRec { org, json: trial }));
         progress(&mut store, &self.optimization_id);
     }
@@ -317,19 +400,25 @@ impl Job for TrialJob {
 
     fn finish(&self, failure: Option<String>, _: Vec<String>) {
         let mut store = self.shared.agents.store.lock();
-        let Some((max_trials, blueprint_id)) = store
+        let Some((max_trials, blueprint_id, objective)) = store
             .optimizations
             .iter()
             .find(|o| o.id() == self.optimization_id)
-            .map(|o| (o.json["budget"]["max_trials"].as_u64().unwrap_or(1), o.json["blueprint_id"].clone()))
+            .map(|o| (o.json["budget"]["max_trials"].as_u64().unwrap_or(1), o.json["blueprint_id"].clone(), o.json["objective"].clone()))
         else {
             return;
         };
-        // A deterministic score in [0.55, 0.95] from the blueprint and the trial's values.
-        let seed = format!("{blueprint_id}{}", self.number);
+        let (target, metric) = objective_metric(&objective).unwrap_or_else(|_| ("state".into(), "macro_f1".into()));
+        // The blueprint's key, not its id: ids are new in every emulator, and the same
+        // optimization must score the same everywhere.
+        let blueprint = store.blueprints.iter().find(|b| json!(b.id) == blueprint_id).map_or_else(String::new, |b| b.lineage.clone());
+        let trial_index = store.trials.iter().rposition(|(o, t)| *o == self.optimization_id && t.json["trial_number"] == json!(self.number));
+        let values = trial_index.map_or(Value::Null, |i| store.trials[i].1.json["trial_values"].clone());
+        // A deterministic score in [0.55, 0.95] from the blueprint, the trial's values and the metric.
+        let seed = format!("{blueprint}{values}{target}.{metric}");
         let h = seed.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
         let value = 0.55 + (h % 400) as f64 / 1000.0;
-        if let Some((_, trial)) = store.trials.iter_mut().rev().find(|(o, t)| *o == self.optimization_id && t.json["trial_number"] == json!(self.number)) {
+        if let Some((_, trial)) = trial_index.and_then(|i| store.trials.get_mut(i)) {
             match &failure {
                 Some(e) => {
                     trial.set("status", json!("failed"));
@@ -338,7 +427,7 @@ impl Job for TrialJob {
                 None => {
                     trial.set("status", json!("completed"));
                     trial.set("objective_value", json!(value));
-                    trial.set("metrics_report", json!({"targets": {"state": {"macro_f1": value}}}));
+                    trial.set("metrics_report", json!({"targets": {target: {metric: value}}}));
                 }
             }
             trial.set("completed_at", json!(now()));
