@@ -434,6 +434,24 @@ def test_jobs_list_has_both_kinds(run, batch_emu):
     assert batch.id in [j.id for j in run(lambda c: c.jobs.list(status="completed"))]
 
 
+def test_jobs_list_walks_past_jobs_deleted_while_listing(batch_emu):
+    """QA's repro: cleaning up batch jobs while walking the mixed list answered 400 invalid_cursor
+    on the next page (the cursor's job had left a list of `job_` and `ftj_` ids)."""
+    with batch_emu.client() as c:
+        tuning = c.fine_tuning.jobs.create("omega", name="pump", method=ft.head(),
+                                           training_files=[ft.n_shot("idle.csv", "idle")])
+        made = [create_machine_state(c) for _ in range(3)]
+        for job in made:
+            c.batch.jobs.wait(job.id, timeout=30)
+        seen = []
+        for job in c.jobs.list(limit=1):
+            seen.append(job.id)
+            if job.id in {j.id for j in made}:
+                c.batch.jobs.delete(job.id)
+        assert seen == [j.id for j in reversed(made)] + [tuning.id], "every job once, newest first"
+        assert [j.id for j in c.jobs.list(limit=1)] == [tuning.id]
+
+
 def test_queue_and_registry(run):
     queue = run(lambda c: c.batch.jobs.queue())
     assert queue["queues"]["batch"] == {"pending": 0, "running": 0}

@@ -161,9 +161,14 @@ fn cursor_place<T>(items: &[(String, T)], cursor: &str) -> Result<Place, ApiErro
     let invalid = || invalid_cursor(cursor);
     let key = id_order(cursor).ok_or_else(invalid)?;
     let keys: Vec<IdOrder> = items.iter().map(|(id, _)| id_order(id)).collect::<Option<_>>().ok_or_else(invalid)?;
-    if keys.iter().any(|k| k.0 != key.0) {
+    // Ids of one kind compare whole. TypeIDs of several kinds (`GET /jobs` lists batch `job_` and
+    // fine-tuning `ftj_` jobs together) compare by their bodies, which sort in the order they
+    // were made whatever the prefix; counters of different kinds have no common order.
+    let is_type_id = |k: &IdOrder| k.1 == TYPE_ID_BODY;
+    if keys.iter().any(|k| k.0 != key.0) && !(is_type_id(&key) && keys.iter().all(is_type_id)) {
         return Err(invalid());
     }
+    let (key, keys): ((usize, &str), Vec<(usize, &str)>) = ((key.1, key.2), keys.iter().map(|k| (k.1, k.2)).collect());
     let newest_first = keys.windows(2).all(|w| w[0] > w[1]);
     let oldest_first = keys.windows(2).all(|w| w[0] < w[1]);
     match (newest_first, oldest_first) {
@@ -182,9 +187,12 @@ fn invalid_cursor(cursor: &str) -> ApiError {
 /// How an id sorts: its prefix, then a TypeID's fixed-width body as text or a counter as a number.
 type IdOrder<'a> = (&'a str, usize, &'a str);
 
+/// The length of a TypeID's body (`agents::store::type_id`).
+const TYPE_ID_BODY: usize = 26;
+
 fn id_order(id: &str) -> Option<IdOrder<'_>> {
     let (prefix, body) = id.rsplit_once('_').unwrap_or(("", id));
-    let type_id = body.len() == 26 && body.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase());
+    let type_id = body.len() == TYPE_ID_BODY && body.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase());
     let counter = !body.is_empty() && body.len() < 20 && body.bytes().all(|b| b.is_ascii_digit());
     (type_id || counter).then_some((prefix, body.len(), body))
 }
@@ -209,6 +217,21 @@ mod tests {
             assert_eq!(page(items(5), &Params::parse(Some(bad)), 100).unwrap_err().status.as_u16(), 400, "{bad}");
         }
         assert!(Params::parse(Some("yaml=True")).flag("yaml").is_err());
+    }
+
+    #[test]
+    fn type_ids_of_several_kinds_place_a_gone_cursor_by_when_it_was_made() {
+        use crate::emulator::agents::store::type_id;
+        // GET /jobs: batch and fine-tuning jobs in one list, newest first; `b` has been deleted.
+        let (a, b, c, d) = (type_id("ftj"), type_id("job"), type_id("job"), type_id("ftj"));
+        let list = vec![(d.clone(), json!("d")), (c.clone(), json!("c")), (a.clone(), json!("a"))];
+        let p = page(list.clone(), &Params::parse(Some(&format!("limit=1&after={b}"))), 100).unwrap();
+        assert_eq!(p["data"], json!(["a"]));
+        let p = page(list, &Params::parse(Some(&format!("before={b}"))), 100).unwrap();
+        assert_eq!(p["data"], json!(["d", "c"]));
+        // Counters of different kinds have no common order.
+        let counters = vec![("run_3".to_string(), json!(3)), ("job_1".to_string(), json!(1))];
+        assert!(page(counters, &Params::parse(Some("after=run_2")), 100).is_err());
     }
 
     #[test]
