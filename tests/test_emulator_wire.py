@@ -514,6 +514,20 @@ def test_requests_log(emu: Emulator) -> None:
     assert emu.requests == []
 
 
+@pytest.mark.filterwarnings("ignore:the lens runtime is deprecated:DeprecationWarning")
+def test_a_key_sent_as_a_websocket_subprotocol_is_redacted_in_the_log(emu: Emulator) -> None:
+    """The spec lets the key travel in `Sec-WebSocket-Protocol` for clients that cannot set
+    headers; the log must hide it there as it does in `Authorization`."""
+    with emu.client() as c:
+        session = c.lens.sessions.create("lns-emulator-echo")
+        with c.lens.sessions.connect(session.session_id, subprotocol=True) as socket:
+            socket.status()
+    (upgrade,) = [r for r in emu.requests if "sec-websocket-protocol" in r.headers]
+    assert upgrade.headers["sec-websocket-protocol"] == "authenticationauthorization.bearer.<redacted>, event-protocol-v1"
+    assert all(emu.api_key not in v for r in emu.requests for v in r.headers.values())
+    assert emu.api_key.encode() not in request(emu, "GET", "/_emulator/requests", key=None).raw
+
+
 def test_control_routes(emu: Emulator) -> None:
     added = post_json(emu, "/_emulator/faults", {"method": "GET", "path": "/models", "status": 503, "retry_after": 1}, key=None)
     assert added.status == 200 and added.json()["times"] == 1
