@@ -452,6 +452,22 @@ def test_jobs_list_walks_past_jobs_deleted_while_listing(batch_emu):
         assert [j.id for j in c.jobs.list(limit=1)] == [tuning.id]
 
 
+def test_jobs_list_is_served_on_both_api_versions(run, batch_emu):
+    """The spec: `GET /jobs` status filter accepts PAUSED and INTERRUPTED in both API versions."""
+    tuning = run(lambda c: c.fine_tuning.jobs.create("omega", name="pump", method=ft.head(),
+                                                     training_files=[ft.n_shot("idle.csv", "idle")]))
+    batch = run(create_machine_state)
+    for version in ("/v0.5", "/v0.6"):
+        listed = request(batch_emu, "GET", f"{version}/jobs")
+        assert listed.status == 200, listed.raw
+        assert [j["id"] for j in listed.json()["data"]][:2] == [batch.id, tuning.id]
+        for status in ("PAUSED", "INTERRUPTED"):
+            reply = request(batch_emu, "GET", f"{version}/jobs?status={status}")
+            assert reply.status == 200 and reply.json()["data"] == [], reply.raw
+        assert request(batch_emu, "GET", f"{version}/jobs?status=SLEEPING").status == 400
+        assert request(batch_emu, "GET", f"{version}/jobs", key="sk-nobody").status == 401
+
+
 def test_queue_and_registry(run):
     queue = run(lambda c: c.batch.jobs.queue())
     assert queue["queues"]["batch"] == {"pending": 0, "running": 0}

@@ -180,6 +180,7 @@ def test_reasoner_describes_files_and_events(emu: Emulator) -> None:
             {"type": "data.base64_img_array", "event_data": {"contents": [img, img]}},
             {"type": "data.numeric_array", "event_data": {"contents": [[1, 2, 3], [4, 5, 6]]}},
         ],
+        query_metadata={"raw_fps": 1.0, "frames_indices": [0, 1], "total_num_frames": 2},
         max_new_tokens=1000,
     )
     assert reply.status == 200, reply.raw
@@ -195,21 +196,52 @@ def test_reasoner_describes_files_and_events(emu: Emulator) -> None:
     assert "2 channels x 3 points" in text
 
 
+def test_frames_of_one_video_without_their_timing_are_query_failed(emu: Emulator) -> None:
+    """wire-notes: several images as frames of one video (multi_image false) need query_metadata
+    {raw_fps, frames_indices, total_num_frames}; without it the service answers 400 query_failed."""
+    img = base64.b64encode(png(8, 8)).decode()
+    frames = [{"type": "data.base64_img_array", "event_data": {"contents": [img, img, img]}}]
+    err = assert_error(query(emu, events=frames), 400, "query_failed")
+    assert "multi_image" in err["message"] and "raw_fps" in err["message"]
+    assert_error(query(emu, events=frames, multi_image=False, query_metadata={"run": 7}), 400, "query_failed")
+    timing = {"raw_fps": 2.0, "frames_indices": [0, 5, 10], "total_num_frames": 11}
+    assert query(emu, events=frames, query_metadata=timing).status == 200
+    assert query(emu, events=frames, multi_image=True).status == 200
+
+
 def test_max_new_tokens_cuts_the_answer(emu: Emulator) -> None:
     text = query(emu, query="one two three four five", max_new_tokens=4).json()["response"]["response"][0]
     assert text == f'[emulated {REASONER}] query "one'
 
 
+# The spec's list of what `sanitize_response` strips; `api_key` is the one the emulator never sends.
+INTERNAL_FIELDS = ["org_id", "query_metadata", "file_ids", "data_types", "render", "input_items", "sanitize"]
+
+
 def test_sanitize_false_echoes_internal_fields(emu: Emulator) -> None:
     upload(emu, "a.txt", b"x")
-    plain = query(emu, file_ids=["a.txt"]).json()
-    assert "org_id" not in plain and "file_ids" not in plain
-    raw = query(emu, file_ids=["a.txt"], sanitize_response=False, query_metadata={"run": 7})
+    upload(emu, "b.txt", b"y")
+    events = [{"type": "data.text", "event_data": {"contents": "note"}},
+              {"type": "data.numeric_array", "event_data": {"contents": [[1, 2]]}}]
+    plain = query(emu, file_ids=["a.txt"], events=events, render=True).json()
+    assert not set(INTERNAL_FIELDS + ["api_key"]) & set(plain)
+    raw = query(emu, file_ids=["a.txt", "b.txt"], events=events, sanitize_response=False, query_metadata={"run": 7}, render=True)
     body = raw.json()
+    assert [f for f in INTERNAL_FIELDS if f not in body] == [], "false returns the raw record"
     assert body["org_id"] == "org-emu-default"
-    assert body["file_ids"] == ["a.txt"]
+    assert body["file_ids"] == ["a.txt", "b.txt"]
     assert body["query_metadata"] == {"run": 7}
-    assert emu.api_key.encode() not in raw.raw
+    assert body["render"] is True and body["sanitize"] is False
+    assert body["input_items"] == [
+        {"kind": "file", "file_id": "a.txt", "data_type": "text/plain"},
+        {"kind": "file", "file_id": "b.txt", "data_type": "text/plain"},
+        {"kind": "event", "data_type": "data.text"},
+        {"kind": "event", "data_type": "data.numeric_array"},
+    ]
+    assert body["data_types"] == ["text/plain", "data.text", "data.numeric_array"]
+    assert "api_key" not in body and emu.api_key.encode() not in raw.raw
+    older = query(emu, sanitize=False).json()  # the older callers' spelling
+    assert older["render"] is False and older["input_items"] == [] and older["data_types"] == []
 
 
 def test_fail_queries(emu: Emulator) -> None:
@@ -512,6 +544,20 @@ def test_requests_log(emu: Emulator) -> None:
     assert all(emu.api_key not in v for r in log for v in r.headers.values())
     emu.clear_requests()
     assert emu.requests == []
+
+
+@pytest.mark.filterwarnings("ignore:the lens runtime is deprecated:DeprecationWarning")
+def test_a_key_sent_as_a_websocket_subprotocol_is_redacted_in_the_log(emu: Emulator) -> None:
+    """The spec lets the key travel in `Sec-WebSocket-Protocol` for clients that cannot set
+    headers; the log must hide it there as it does in `Authorization`."""
+    with emu.client() as c:
+        session = c.lens.sessions.create("lns-emulator-echo")
+        with c.lens.sessions.connect(session.session_id, subprotocol=True) as socket:
+            socket.status()
+    (upgrade,) = [r for r in emu.requests if "sec-websocket-protocol" in r.headers]
+    assert upgrade.headers["sec-websocket-protocol"] == "authenticationauthorization.bearer.<redacted>, event-protocol-v1"
+    assert all(emu.api_key not in v for r in emu.requests for v in r.headers.values())
+    assert emu.api_key.encode() not in request(emu, "GET", "/_emulator/requests", key=None).raw
 
 
 def test_control_routes(emu: Emulator) -> None:

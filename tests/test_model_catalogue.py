@@ -325,6 +325,49 @@ def test_command_line_model_flag() -> None:
     assert "Acme::ft-1" in bad.stderr and "family" in bad.stderr
 
 
+def test_every_emulator_option_is_a_command_line_flag_that_reaches_the_server(monkeypatch) -> None:
+    """CHOICES: every Emulator(...) option is also a flag of `python -m sensorium.emulator`. Read
+    from the signature, so an option added later without its flag fails here."""
+    import inspect
+
+    import sensorium.emulator as cli
+
+    options = {name for name in inspect.signature(Emulator.__init__).parameters if name != "self"}
+    flags = {action.dest for action in cli._parser()._actions if action.option_strings} - {"help"}
+    # `--model` is repeatable, one id each; `--host` exists only where another process connects.
+    flags = {"models" if f == "model" else f for f in flags}
+    assert options - flags == set(), "Emulator options without a command-line flag"
+    assert flags - options == {"host"}
+
+    received: dict[str, Any] = {}
+
+    def fake_server(**kwargs: Any) -> None:
+        received.update(kwargs)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(cli, "EmulatorServer", fake_server)
+    with pytest.raises(SystemExit):
+        cli.main(["--max-upload-bytes", "1000"])
+    assert options <= set(received), "a flag parsed but not passed to the server"
+    assert received["max_upload_bytes"] == 1000
+
+
+@pytest.mark.timeout(60)
+def test_command_line_max_upload_bytes(tmp_path) -> None:
+    from sensorium.errors import PayloadTooLargeError
+
+    (tmp_path / "small.txt").write_text("x" * 1000)
+    (tmp_path / "big.txt").write_text("x" * 1001)
+    proc, env = start_cli("--max-upload-bytes", "1000")
+    try:
+        with Client(env["SENSORIUM_API_KEY"], env["SENSORIUM_BASE_URL"], max_retries=0) as client:
+            client.files.upload(tmp_path / "small.txt")
+            with pytest.raises(PayloadTooLargeError):
+                client.files.upload(tmp_path / "big.txt")
+    finally:
+        stop_cli(proc)
+
+
 # --- Timing fields of a query answer ---------------------------------------------------------
 
 # The spec's `/query` 200 table, written out with every timing field it names.

@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 
 import sensorium
+from sensorium.errors import InvalidArgumentError
 from sensorium.testing import Emulator
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -38,19 +38,6 @@ def python_blocks() -> list[tuple[str, int, str]]:
     return blocks
 
 
-class FakeBar:
-    """tqdm's interface as sensorium uses it (tqdm is optional and not installed for the tests)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.n, self.total = 0, kwargs.get("total")
-
-    def update(self, n: float = 1) -> None:
-        self.n += n
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: None
-
-
 def recording(rows: int, columns: list[str]) -> str:
     t = np.arange(rows)
     lines = [",".join(["time", *columns])]
@@ -64,10 +51,9 @@ def test_the_readme_examples_run_as_written(tmp_path, monkeypatch):
     blocks = python_blocks()
     assert len(blocks) >= 10, "the README's examples were not found"
     monkeypatch.chdir(tmp_path)
-    fake = types.ModuleType("tqdm.auto")
-    fake.tqdm = FakeBar  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
-    monkeypatch.setitem(sys.modules, "tqdm.auto", fake)
+    # As for a user who has not installed the optional tqdm (None in sys.modules: ImportError).
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
     # The local files the examples name.
     (tmp_path / "shift-report.txt").write_text("06:10 conveyor belt stopped: jam at the second sorter.\n")
     (tmp_path / "pump-3.csv").write_text(recording(4096, ["vib_x", "vib_y", "temp"]))
@@ -90,6 +76,9 @@ def test_the_readme_examples_run_as_written(tmp_path, monkeypatch):
         assert namespace["job"].status == "COMPLETED" and namespace["paths"]
         with emu.client() as check:  # the last examples made clients of their own emulators
             assert {"recording-50GB.jsonl", "big.csv", "line3.csv"} <= {f.file_id for f in check.files.list()}
+            # What the README says of progress=True without tqdm.
+            with pytest.raises(InvalidArgumentError, match=re.escape("pip install 'sensorium[progress]'")):
+                check.files.upload("big.csv", progress=True)
 
 
 def test_the_quickstart_runs_against_the_embedded_emulator():

@@ -54,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--api-key", default=None, help="key of the default organization (default: random)")
     p.add_argument("--query-delay", type=float, default=0.0, help="simulated worker seconds per query")
+    p.add_argument("--max-upload-bytes", type=int, default=None,
+                   help="ceiling of the simple upload (POST /files) in bytes of file content; beyond it 413 "
+                   "(default 512000000, the platform's 512 MB)")
     p.add_argument(
         "--upload-part-size",
         type=int,
@@ -102,6 +105,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             port=args.port,
             host=args.host,
             query_delay=args.query_delay,
+            max_upload_bytes=args.max_upload_bytes,
             api_key=args.api_key,
             upload_part_size=args.upload_part_size,
             upload_url_ttl=args.upload_url_ttl,

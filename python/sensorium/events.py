@@ -87,6 +87,11 @@ def image(source: ImageSource) -> dict[str, Any]:
 def images(sources: Sequence[ImageSource]) -> dict[str, Any]:
     """A ``data.base64_img_array`` event: several images (frames) in one event.
 
+    Unless the query says ``multi_image=True``, several images are read as the frames of one
+    video, and the platform then needs their timing in ``query_metadata``
+    (``{"raw_fps": ..., "frames_indices": [...], "total_num_frames": ...}``); without it the
+    query fails with 400 ``query_failed``.
+
     >>> images(["f0.png", "f1.png"])["type"]  # doctest: +SKIP
     'data.base64_img_array'
     """

@@ -210,8 +210,10 @@ class Emulator:
         """A key for a new organization, or for ``org`` (created when new).
 
         ``role`` (``"member"``, ``"admin"`` or ``"super_admin"``) is the key holder's role in
-        the organization; it is recorded for the blueprint rules and not enforced yet. The
-        default key is an admin of the default organization.
+        the organization, and the blueprint rules enforce it as the spec says: a member gets
+        403 registering or deleting a blueprint, an admin 403 for ``canonical: true``, and
+        deleting a canonical blueprint needs ``"super_admin"``. The default key is an admin of
+        the default organization.
 
         ``models`` gives the organization its own catalogue (same entries as ``Emulator(models=)``),
         replacing the emulator's for every key of that organization, earlier ones included;

@@ -1,5 +1,5 @@
-//! The route table: the platform surfaces under `/v0.5`, the control surface under
-//! `/_emulator`, and spec-shaped answers for anything else.
+//! The route table: the platform surfaces under `/v0.5` (fine-tuning and the job list under
+//! `/v0.6`), the control surface under `/_emulator`, and spec-shaped answers for anything else.
 
 use std::sync::Arc;
 
@@ -42,7 +42,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/", get(about))
         .nest(API_PREFIX, api)
-        .nest("/v0.6", fine_tuning::router())
+        // The spec's index has `GET /jobs` in both API versions.
+        .nest("/v0.6", fine_tuning::router().route("/jobs", get(job_list::all_jobs)))
         // Some deployments mount agents without the version path.
         .nest("/agents", agents::routes::router())
         // Part URLs: the emulator is also the object store the platform presigns URLs for.

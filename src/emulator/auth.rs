@@ -7,8 +7,8 @@ use axum::http::HeaderMap;
 use super::api_error::ApiError;
 use super::state::Shared;
 
-/// A key holder's role in its organization. The spec's blueprint rules need it (admin for an
-/// organization blueprint, super-admin for a canonical one); nothing enforces it yet.
+/// A key holder's role in its organization, for the spec's blueprint rules (admin for an
+/// organization blueprint, super-admin for a canonical one), which the agents routes enforce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     Member,

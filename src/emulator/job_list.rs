@@ -1,4 +1,4 @@
-//! `GET /jobs` (on `/v0.5`): every job of the organization, batch and fine-tuning alike, newest
+//! `GET /jobs` (on `/v0.5` and `/v0.6`): every job of the organization, batch and fine-tuning alike, newest
 //! first. `status` matches case-insensitively and takes every status either kind can have
 //! (`PAUSED` and `INTERRUPTED` included, as the spec says of both API versions).
 

@@ -5,7 +5,10 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-/// One received request. The `authorization` header value is redacted.
+use super::lens::socket::PROTOCOL_KEY_PREFIX;
+
+/// One received request. The credential is redacted wherever the spec lets it travel (see
+/// [`redact_header`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedRequest {
     pub method: String,
@@ -64,6 +67,36 @@ pub(crate) fn redact_authorization(value: &str) -> String {
     }
 }
 
+/// A received header's value as the log keeps it: the key is replaced by `<redacted>` in the
+/// `Authorization` header and in the `Sec-WebSocket-Protocol` entry
+/// `authenticationauthorization.bearer.<KEY>` (the spec's two places for it), and the rest of
+/// the value is kept, so tests can still see the scheme and the other protocols offered.
+pub(crate) fn redact_header(name: &str, value: &str) -> String {
+    if name.eq_ignore_ascii_case("authorization") {
+        redact_authorization(value)
+    } else if name.eq_ignore_ascii_case("sec-websocket-protocol") {
+        redact_protocols(value)
+    } else {
+        value.to_string()
+    }
+}
+
+fn redact_protocols(value: &str) -> String {
+    value
+        .split(',')
+        .map(|entry| {
+            let protocol = entry.trim_start();
+            let lead = &entry[..entry.len() - protocol.len()];
+            // Case-insensitive, so a spelling the server would refuse is not kept either.
+            match protocol.get(..PROTOCOL_KEY_PREFIX.len()) {
+                Some(prefix) if prefix.eq_ignore_ascii_case(PROTOCOL_KEY_PREFIX) => format!("{lead}{prefix}<redacted>"),
+                _ => entry.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// `x-sensorium-retry-count: N` means this is attempt N + 1; anything unparsable counts as 1.
 pub(crate) fn attempt_from_header(value: Option<&str>) -> u32 {
     value
@@ -81,6 +114,23 @@ mod tests {
         assert_eq!(redact_authorization("Bearer sk-emu-secret"), "Bearer <redacted>");
         assert_eq!(redact_authorization("bearer x"), "Bearer <redacted>");
         assert_eq!(redact_authorization("Basic abc"), "<redacted>");
+    }
+
+    #[test]
+    fn the_key_is_redacted_in_every_header_the_spec_lets_it_travel_in() {
+        assert_eq!(redact_header("authorization", "Bearer sk-emu-secret"), "Bearer <redacted>");
+        assert_eq!(
+            redact_header("sec-websocket-protocol", "authenticationauthorization.bearer.sk-emu-secret, event-protocol-v1"),
+            "authenticationauthorization.bearer.<redacted>, event-protocol-v1"
+        );
+        assert_eq!(
+            redact_header("Sec-WebSocket-Protocol", "event-protocol-v1,AuthenticationAuthorization.Bearer.sk-emu-secret "),
+            "event-protocol-v1,AuthenticationAuthorization.Bearer.<redacted>"
+        );
+        assert_eq!(redact_header("sec-websocket-protocol", "event-protocol-v1"), "event-protocol-v1");
+        // Not a char boundary where the prefix would end: kept, and no panic.
+        assert_eq!(redact_header("sec-websocket-protocol", "authenticationauthorizé"), "authenticationauthorizé");
+        assert_eq!(redact_header("user-agent", "sk-emu-secret"), "sk-emu-secret");
     }
 
     #[test]

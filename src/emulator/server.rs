@@ -27,7 +27,7 @@ use tower::ServiceExt;
 
 use super::auth;
 use super::faults::FaultAction;
-use super::recorder::{attempt_from_header, redact_authorization, RecordedRequest, BODY_CAPTURE_LIMIT};
+use super::recorder::{attempt_from_header, redact_header, RecordedRequest, BODY_CAPTURE_LIMIT};
 use super::state::Shared;
 
 /// Marks every answer as the emulator's, so it is never mistaken for the hosted service.
@@ -237,8 +237,7 @@ async fn handle(
         .iter()
         .map(|(name, value)| {
             let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-            let value = if name == header::AUTHORIZATION { redact_authorization(&value) } else { value };
-            (name.as_str().to_string(), value)
+            (name.as_str().to_string(), redact_header(name.as_str(), &value))
         })
         .collect();
     let attempt = attempt_from_header(

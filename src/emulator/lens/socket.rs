@@ -26,7 +26,7 @@ use crate::emulator::auth;
 use crate::emulator::state::Shared;
 
 pub(crate) const EVENT_PROTOCOL: &str = "event-protocol-v1";
-const PROTOCOL_KEY_PREFIX: &str = "authenticationauthorization.bearer.";
+pub(crate) const PROTOCOL_KEY_PREFIX: &str = "authenticationauthorization.bearer.";
 /// Most mailbox messages one `session.read` returns.
 const READ_LIMIT: usize = 1000;
 const QUERY_TIMEOUT: &str = "Response timed out for query";

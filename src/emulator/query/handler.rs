@@ -10,12 +10,13 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Serialize;
 use serde_json::value::{to_raw_value, RawValue};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use super::validate::{self, Family, QueryInput};
 use super::{encoder, media, reasoner};
 use crate::emulator::api_error::ApiError;
 use crate::emulator::auth;
+use crate::emulator::files::store::StoredFile;
 use crate::emulator::state::Shared;
 
 /// Raised from axum's 2 MB default: numeric arrays and inline images are large.
@@ -105,6 +106,7 @@ async fn run(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<Respons
         files.push(shared.files.get(&org, id).ok_or_else(|| ApiError::file_not_found(id))?);
     }
     check_sizes(shared, &input, raw.len())?;
+    validate::check_frames(&input)?;
 
     // Timeline: queued until loading begins, then the files are prefetched, then inference.
     let loading_timestamp = now();
@@ -188,12 +190,7 @@ async fn run(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<Respons
         })
         .map_err(internal_error)?,
     };
-    let mut internals = Map::new();
-    if !input.sanitize_response {
-        internals.insert("org_id".into(), Value::from(org));
-        internals.insert("file_ids".into(), Value::from(input.file_ids.clone()));
-        internals.insert("query_metadata".into(), input.query_metadata.clone().unwrap_or(Value::Null));
-    }
+    let internals = if input.sanitize_response { Map::new() } else { raw_fields(&input, &files, org) };
     let answer = QueryAnswer {
         query_id: uuid::Uuid::new_v4().to_string(),
         status: if failure.is_some() { "failed" } else { "completed" },
@@ -210,6 +207,34 @@ async fn run(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<Respons
         internals,
     };
     Ok(axum::Json(answer).into_response())
+}
+
+/// The internal fields the spec lists for `sanitize_response: false`, except `api_key`: the
+/// emulator never echoes the caller's key here. The spec names them without their shapes, so
+/// these are the emulator's: `input_items` has one object per input in the order the model reads
+/// them (files, then events), `data_types` the distinct types among them (a file's content type,
+/// an event's `type`) in first-seen order.
+fn raw_fields(input: &QueryInput, files: &[Arc<StoredFile>], org: String) -> Map<String, Value> {
+    let mut items: Vec<Value> = files
+        .iter()
+        .map(|f| json!({"kind": "file", "file_id": f.file_id, "data_type": f.file_type}))
+        .collect();
+    items.extend(input.events.iter().map(|e| json!({"kind": "event", "data_type": e.event_type()})));
+    let mut data_types: Vec<Value> = Vec::new();
+    for item in &items {
+        if !data_types.contains(&item["data_type"]) {
+            data_types.push(item["data_type"].clone());
+        }
+    }
+    let mut fields = Map::new();
+    fields.insert("org_id".into(), Value::from(org));
+    fields.insert("file_ids".into(), Value::from(input.file_ids.clone()));
+    fields.insert("query_metadata".into(), input.query_metadata.clone().unwrap_or(Value::Null));
+    fields.insert("data_types".into(), Value::Array(data_types));
+    fields.insert("render".into(), Value::Bool(input.render));
+    fields.insert("input_items".into(), Value::Array(items));
+    fields.insert("sanitize".into(), Value::Bool(false));
+    fields
 }
 
 /// The spec's size limits: the combined prompt, bounded by the request's `max_query_size_mb`,

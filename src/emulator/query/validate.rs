@@ -32,6 +32,19 @@ pub(crate) enum InputEvent {
     Numeric(Vec<Vec<f64>>),
 }
 
+impl InputEvent {
+    /// The event's `type` on the wire.
+    pub fn event_type(&self) -> &'static str {
+        match self {
+            InputEvent::Text(_) => "data.text",
+            InputEvent::Json(_) => "data.json",
+            InputEvent::Image(_) => "data.base64_img",
+            InputEvent::Images(_) => "data.base64_img_array",
+            InputEvent::Numeric(_) => "data.numeric_array",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct QueryInput {
     pub model: String,
@@ -48,6 +61,8 @@ pub(crate) struct QueryInput {
     pub max_query_size_mb: Option<f64>,
     pub max_wait: Option<Duration>,
     pub sanitize_response: bool,
+    pub render: bool,
+    pub multi_image: bool,
     pub query_metadata: Option<Value>,
 }
 
@@ -321,6 +336,8 @@ fn parse_body(raw: &[u8], catalogue: &Catalogue, mut numeric: ReadAhead) -> Resu
         max_query_size_mb,
         max_wait,
         sanitize_response,
+        render: present(&body, "render").and_then(Value::as_bool).unwrap_or(false),
+        multi_image: present(&body, "multi_image").and_then(Value::as_bool).unwrap_or(false),
         query_metadata: present(&body, "query_metadata").cloned(),
     };
     if family == Family::Encoder && input.numeric_events().is_empty() {
@@ -331,6 +348,42 @@ fn parse_body(raw: &[u8], catalogue: &Catalogue, mut numeric: ReadAhead) -> Resu
         )));
     }
     Ok(input)
+}
+
+/// What the video path reads from `query_metadata` (wire notes).
+const FRAME_METADATA: [&str; 3] = ["raw_fps", "frames_indices", "total_num_frames"];
+
+/// Several images in one `data.base64_img_array` event without `multi_image` are the frames of
+/// one video, which the live service cannot process without the frame timing in
+/// `query_metadata`: it answers 400 `query_failed` (wire notes), so the emulator does too, and
+/// code that forgets the metadata fails here rather than only against the platform.
+pub(crate) fn check_frames(input: &QueryInput) -> Result<(), ApiError> {
+    if input.multi_image {
+        return Ok(());
+    }
+    let Some((i, frames)) = input.events.iter().enumerate().find_map(|(i, e)| match e {
+        InputEvent::Images(images) if images.len() > 1 => Some((i, images.len())),
+        _ => None,
+    }) else {
+        return Ok(());
+    };
+    let metadata = input.query_metadata.as_ref().and_then(Value::as_object);
+    let missing: Vec<&str> = FRAME_METADATA.iter().copied().filter(|k| metadata.is_none_or(|m| !m.contains_key(*k))).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(
+        "query_failed",
+        format!(
+            "events[{i}] holds {frames} images, read as the frames of one video because multi_image is false, \
+             and query_metadata lacks {} for them.",
+            missing.join(", ")
+        ),
+    )
+    .with_suggestion(
+        "Send query_metadata {\"raw_fps\": ..., \"frames_indices\": [...], \"total_num_frames\": ...} with the frames, \
+         or multi_image: true to send them as separate images.",
+    ))
 }
 
 /// `read_ahead`: the event's numeric contents, already read (its `contents` is then `[]`).
@@ -523,6 +576,29 @@ mod tests {
             {"type": "data.json", "event_data": {"contents": "{\"a\": 1}"}},
         ]}).to_string().as_bytes()).unwrap();
         assert_eq!(ok.prompt_bytes(), 1 + 5);
+    }
+
+    #[test]
+    fn frames_of_one_video_need_their_timing_in_query_metadata() {
+        let img = "iVBORw0KGgo=";
+        let check = |extra: Value| {
+            let mut body = json!({"model": R, "query": "x", "events": [
+                {"type": "data.text", "event_data": {"contents": "t"}},
+                {"type": "data.base64_img_array", "event_data": {"contents": [img, img]}},
+            ]});
+            body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            check_frames(&parse(body.to_string().as_bytes()).unwrap())
+        };
+        let timing = json!({"raw_fps": 1.0, "frames_indices": [0, 1], "total_num_frames": 2});
+        let e = check(json!({})).unwrap_err();
+        assert_eq!((e.status.as_u16(), e.code.as_str()), (400, "query_failed"));
+        assert!(e.message.contains("events[1] holds 2 images") && e.message.contains("raw_fps, frames_indices, total_num_frames"), "{}", e.message);
+        let e = check(json!({"multi_image": false, "query_metadata": {"raw_fps": 1.0}})).unwrap_err();
+        assert!(e.message.ends_with("lacks frames_indices, total_num_frames for them."), "{}", e.message);
+        assert!(check(json!({"query_metadata": timing})).is_ok());
+        assert!(check(json!({"multi_image": true})).is_ok());
+        let one = json!({"model": R, "query": "x", "events": [{"type": "data.base64_img_array", "event_data": {"contents": [img]}}]});
+        assert!(check_frames(&parse(one.to_string().as_bytes()).unwrap()).is_ok(), "one image is not a video");
     }
 
     #[test]
