@@ -167,10 +167,18 @@ class Jobs(Resource):
         atomic (a temporary file renamed when complete). Presigned URLs and relative API refs
         alike; URLs that expired are listed afresh. Returns the paths, in listing order; byte
         progress as ``on_progress(done, total)`` or a tqdm bar (``progress=True``). When a file
-        fails for good the others are still written and the first failure is raised.
+        fails for good (a listed output with no ``ref`` or ``filename`` among them, as an
+        ``APIResponseValidationError``) the others are still written, and the first failure is
+        raised, of its own class, with the whole outcome: its message counts and names every
+        failed file, ``e.written`` lists the paths written and ``e.failed`` maps each failed
+        output's id to its error. A name listed twice gets the output's id before its suffix.
 
         >>> client.batch.jobs.download_outputs(job.id, "predictions/")  # doctest: +SKIP
         [PosixPath('predictions/pred_pump_a_part_0.csv'), ...]
+        >>> try:  # doctest: +SKIP
+        ...     client.batch.jobs.download_outputs(job.id, "predictions/")
+        ... except sensorium.errors.SensoriumError as e:
+        ...     print(len(e.written), "written;", list(e.failed), "to fetch again")
         """
         listing = ListRequest(self._path(job_id, "/outputs"), BatchOutput.from_dict, cursor_param=CURSOR)
         return self._drive(download_listed(listing, folder(directory), surface="api", concurrency=concurrency,
