@@ -17,7 +17,7 @@ from _helpers import run_on
 from _fake_server import FakeServer, response
 from sensorium import fine_tuning as ft
 from sensorium.errors import APIResponseValidationError, InvalidArgumentError, JobFailedError
-from sensorium.types import BatchJob, FineTuningJob
+from sensorium.types import BatchJob, Checkpoint, FineTuningJob
 
 JOB = {"object": "fine_tuning.job", "id": "ftj_1", "name": "tone", "model": "newton", "created_at": 1764000000,
        "org_id": "org_1", "status": "RUNNING", "outcome": None, "training_files": ["t.jsonl"], "validation_files": [],
@@ -248,12 +248,34 @@ def test_metrics_convert_with_to_pandas(call):
     assert list(frame["loss"]) == [0.9, 0.4] and list(frame.columns) == ["step", "loss"]
 
 
+def test_create_takes_a_checkpoint_record_as_checkpoint_id(call):
+    """The batch checkpoint port takes a `Checkpoint`; `create(checkpoint_id=best)` was a TypeError."""
+    with FakeServer(routes({"POST /v0.6/fine_tuning/jobs": lambda: JOB})) as server:
+        call(server.base_url, lambda c: c.fine_tuning.jobs.create(
+            "newton", name="tone", method=ft.lora(), training_files=[ft.plain("t.jsonl")],
+            checkpoint_id=Checkpoint(id="ckp_7", step=30)))
+        sent = json.loads(server.bodies[0])
+    assert sent["checkpoint_id"] == "ckp_7"
+
+
 def test_jobs_list_types_each_kind(call):
     page = {"data": [JOB, {"id": "job_1", "name": "b", "pipeline_type": "batch", "status": "PAUSED"}],
             "has_more": False, "next_cursor": None}
     with FakeServer(routes({"GET /v0.5/jobs": lambda: page})) as server:
         jobs = call(server.base_url, lambda c: c.jobs.list(status="PAUSED"))
     assert [type(j) for j in jobs] == [FineTuningJob, BatchJob] and jobs[1].status == "PAUSED"
+
+
+@pytest.mark.parametrize("arguments, kind, argument", [
+    (dict(limit=0), InvalidArgumentError, "limit"), (dict(limit="5"), TypeError, "limit"),
+    (dict(status=5), TypeError, "status"),
+])
+def test_jobs_list_checks_its_arguments_before_sending(emu, arguments, kind, argument):
+    """`client.jobs.list(limit=0)` and `status=5` went to the server; `batch.jobs.list` refuses them."""
+    with emu.client() as client:
+        with pytest.raises(kind, match=argument):
+            list(client.jobs.list(**arguments))
+    assert emu.requests == []
 
 
 def test_fine_tuning_job_record_from_the_spec_table():

@@ -34,15 +34,20 @@ __all__ = ["Batch", "AsyncBatch"]
 CURSOR = "cursor"
 # The platform refuses one job with more inputs than this (413); refused before sending.
 MAX_INPUTS = 10_000
+# The port that takes a fine-tuning checkpoint (wire notes: `{kind: "checkpoint", checkpoint_id}`).
+CHECKPOINT_PORT = "worker.fine_tune_checkpoint"
 
 
 def _entry(item: Any, port: str) -> dict[str, Any]:
     """One input of a port: a file id, a ``FileRecord``, ``{file_id, metadata}``, or (the
-    checkpoint port) a ``Checkpoint`` or ``{kind: "checkpoint", checkpoint_id}``."""
+    checkpoint port) a ``Checkpoint``, its ``ckp_`` id or ``{kind: "checkpoint", checkpoint_id}``."""
     from ..types import Checkpoint
 
     if isinstance(item, Checkpoint):
         return {"kind": "checkpoint", "checkpoint_id": item.id}
+    if port == CHECKPOINT_PORT and isinstance(item, str) and item:
+        # A string there is a checkpoint id: sent as a file id, the platform refuses it (400).
+        return {"kind": "checkpoint", "checkpoint_id": item}
     if isinstance(item, FileRecord):
         item = item.file_id
     if isinstance(item, str) and item:

@@ -12,7 +12,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from .._arguments import limit as page_size
 from .._arguments import string, text
@@ -49,10 +49,11 @@ class FineTuningJobs(Resource):
     """Fine-tuning jobs of your organization."""
 
     def create(self, model: str, *, name: str, method: Any, training_files: Any, validation_files: Any = None,
-               suffix: Optional[str] = None, seed: Optional[int] = None, checkpoint_id: Optional[str] = None) -> Any:
+               suffix: Optional[str] = None, seed: Optional[int] = None,
+               checkpoint_id: Union[str, Checkpoint, None] = None) -> Any:
         """Starts a fine-tuning job of ``model`` (``newton`` or ``omega``). ``method`` and the files
         come from ``sensorium.fine_tuning``; a method or file that does not fit the model is refused
-        before sending.
+        before sending. ``checkpoint_id`` (a ``ckp_`` id or a ``Checkpoint``) warm-starts it.
 
         >>> client.fine_tuning.jobs.create("newton", name="tone", method=ft.lora(),  # doctest: +SKIP
         ...                                training_files=[ft.plain("train.jsonl")])
@@ -62,6 +63,9 @@ class FineTuningJobs(Resource):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise InvalidArgumentError(f"seed: is {seed!r}; it takes an integer", argument="seed")
         body = check_job(model, method, training_files, validation_files)
+        # A Checkpoint record is taken as its id, as the batch checkpoint port takes it.
+        if isinstance(checkpoint_id, Checkpoint):
+            checkpoint_id = checkpoint_id.id
         body.update(query(name=name, suffix=string(suffix, "suffix"), seed=seed,
                           checkpoint_id=text(checkpoint_id, "checkpoint_id")))
         return self._call(Request("POST", "/fine_tuning/jobs", body=body, surface="fine_tuning",
