@@ -308,8 +308,9 @@ proptest! {
 
     #[test]
     fn page_envelopes(body in json()) {
-        let page = normalize_page(body);
-        prop_assert!(!page.has_more || page.next_cursor.is_some(), "has_more without a cursor would never end");
+        if let Ok(page) = normalize_page(body) {
+            prop_assert!(!page.has_more || page.next_cursor.is_some(), "has_more without a cursor would never end");
+        }
     }
 
     #[test]

@@ -295,6 +295,27 @@ def test_a_cancel_whose_answer_was_lost_returns_the_cancelled_job(client_kind):
         assert [r.status for r in emu.requests if r.path.endswith("/cancel")] == [200, 409]
 
 
+@pytest.mark.parametrize("kind, plan, error, named", [
+    ("batch", dict(failed_inputs="pump_loud.csv"), TypeError, "failed_inputs"),  # it was read as its letters
+    ("fine_tuning", dict(failed_inputs=["idle.csv"]), ValueError, "failed_inputs"),  # no inputs to fail
+    ("batch", dict(), ValueError, "error"),  # nothing to fail at all
+    ("batch", dict(failed_inputs=[]), ValueError, "error"),
+    ("agent", dict(error=""), ValueError, "error"),
+])
+def test_fail_next_job_refuses_a_plan_that_would_fail_nothing(batch_emu, kind, plan, error, named):
+    """These were accepted and did nothing, so a test of a failure passed on a job that succeeded."""
+    with pytest.raises(error, match=named):
+        batch_emu.fail_next_job(kind, **plan)
+    body = {"kind": kind, **plan}
+    reply = request(batch_emu, "POST", "/_emulator/fail_next_job", json.dumps(body).encode(), key=None)
+    assert reply.status == 400 and named in reply.raw.decode(), "the control route refuses it too"
+    with batch_emu.client() as client:  # nothing was planned: the next job has no failed input
+        job = create_machine_state(client, {"worker.inference": ["pump_quiet.csv", "pump_loud.csv"],
+                                            "worker.n_shots": N_SHOTS})
+        assert client.batch.jobs.wait(job.id, timeout=30).status == "COMPLETED"
+        assert client.batch.jobs.failed_inputs(job.id) == []
+
+
 def test_cancel_running_then_terminal_with_and_without_ok_if_terminal(client_kind):
     with Emulator(work_duration=30) as emu:
         upload_examples(emu)

@@ -46,12 +46,18 @@ def test_inputs_take_every_form_and_are_checked_before_sending(emu, call):
             inputs={"worker.inference": ["a.csv", FileRecord(file_id="b.csv")],
                     "worker.n_shots": [{"file_id": "idle.csv", "metadata": {"class": "idle"}}],
                     "worker.fine_tune_checkpoint": Checkpoint(id="ckp_1")}))
-        sent = json.loads(server.bodies[0])
+        # A checkpoint id as a string, on the checkpoint port: it was sent as `{file_id}` (a 400).
+        call(server.base_url, lambda c: c.batch.jobs.create(
+            "line 3", pipeline_key="machine-state-classification",
+            inputs={"worker.inference": ["ckp_named_file.csv"], "worker.fine_tune_checkpoint": "ckp_2"}))
+        sent, by_id = (json.loads(body) for body in server.bodies[:2])
     assert isinstance(job, BatchJob) and job.pipeline_version == "1.2.0"
     assert sent["inputs"] == {"worker.inference": [{"file_id": "a.csv"}, {"file_id": "b.csv"}],
                               "worker.n_shots": [{"file_id": "idle.csv", "metadata": {"class": "idle"}}],
                               "worker.fine_tune_checkpoint": [{"kind": "checkpoint", "checkpoint_id": "ckp_1"}]}
     assert sent["pipeline_type"] == "batch"
+    assert by_id["inputs"] == {"worker.inference": [{"file_id": "ckp_named_file.csv"}],
+                               "worker.fine_tune_checkpoint": [{"kind": "checkpoint", "checkpoint_id": "ckp_2"}]}
     with emu.client() as client:
         for bad in ({}, {"worker.inference": [3]}, {"worker.inference": [f"f{i}.csv" for i in range(10_001)]}):
             with pytest.raises(InvalidArgumentError) as info:

@@ -13,7 +13,7 @@ import pytest
 
 from _fake_server import FakeServer, response
 from _helpers import run_on
-from sensorium.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from sensorium.errors import APIResponseValidationError, InvalidArgumentError, NotFoundError, PermissionDeniedError
 
 
 def content(name: str) -> bytes:
@@ -153,11 +153,61 @@ def test_bad_concurrency_is_refused_before_sending(call, tmp_path, concurrency, 
     assert not (tmp_path / "x").exists()
 
 
-def test_a_listing_without_a_ref_is_refused_naming_the_output(call, tmp_path):
-    with Storage([("out_1", "a.csv")]) as storage:
+def test_a_renamed_duplicate_never_takes_a_name_another_output_has(call, tmp_path):
+    """`a.csv` listed twice: the second became `a__out_3.csv` without a look at the other names,
+    and overwrote the output the server named so. Names are compared as a case-insensitive file
+    system sees them (`A.CSV` is `a.csv` there), so a listing gets the same files everywhere."""
+    outputs = [("out_1", "a.csv"), ("out_2", "a__out_3.csv"), ("out_3", "a.csv"), ("out_4", "A.CSV"),
+               ("out_5", "a__out_3.csv")]
+    with Storage(outputs) as storage:
+        paths = call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path))
+    names = [p.name for p in paths]
+    assert names[:2] == ["a.csv", "a__out_3.csv"], "a name the server gave is kept"
+    assert len({n.casefold() for n in names}) == 5 and sorted(names) == sorted(p.name for p in tmp_path.iterdir())
+    stored = {name: content(name) for _, name in outputs}
+    for (_, listed), path in zip(outputs, paths):
+        assert path.read_bytes() == stored[listed], f"{path.name} holds another output's bytes"
+
+
+def test_an_output_without_a_ref_or_name_costs_only_that_file(call, tmp_path):
+    """A listed output with no ref (not ready yet) stopped the whole download before anything was
+    fetched, blamed on the caller's `job_id`. It is the server's data: that file fails as an
+    APIResponseValidationError naming it, and the others are written."""
+    with Storage([("out_1", "a.csv"), ("out_2", "b.csv"), ("out_3", "c.csv")]) as storage:
         plain = storage.record
-        storage.record = lambda i, n: {**plain(i, n), "data": {"filename": "a.csv"}}  # type: ignore[method-assign]
-        with pytest.raises(InvalidArgumentError, match="out_1"):
+        unusable = {"out_1": {"filename": "a.csv", "ref": None}, "out_3": {"ref": plain("out_3", "c.csv")["data"]["ref"]}}
+        storage.record = lambda i, n: {**plain(i, n), "data": unusable[i]} if i in unusable else plain(i, n)  # type: ignore[method-assign]
+        with pytest.raises(APIResponseValidationError, match="out_1") as info:
             call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path / "y"))
-    assert not (tmp_path / "y").exists()
+    assert sorted(p.name for p in (tmp_path / "y").iterdir()) == ["b.csv"]
+    assert info.value.written == [tmp_path / "y" / "b.csv"]
+    assert list(info.value.failed) == ["out_1", "out_3"] and "2 of 3" in str(info.value)
+    assert all(isinstance(e, APIResponseValidationError) for e in info.value.failed.values())
+    assert "ref" in str(info.value.failed["out_1"]) and "filename" in str(info.value.failed["out_3"])
+
+
+def test_every_failure_is_told_and_the_written_files_listed(call, tmp_path):
+    """Two files failing for good: only the first was raised, with nothing saying a second was
+    missing or which files were written. The first failure's class is kept (its catchers still
+    catch it); its message counts and names every failed file, `written` and `failed` list them."""
+    outputs = [(f"out_{i}", f"part_{i}.csv") for i in range(5)]
+    with Storage(outputs, broken={"part_1.csv", "part_3.csv"}) as storage:
+        with pytest.raises(NotFoundError) as info:
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path))
+    error = info.value
+    assert "2 of 5" in str(error) and "part_1.csv" in str(error) and "part_3.csv" in str(error)
+    assert error.message == str(error) and error.status == 404
+    assert error.written == [tmp_path / f"part_{i}.csv" for i in (0, 2, 4)]
+    assert list(error.failed) == ["out_1", "out_3"] and all(isinstance(e, NotFoundError) for e in error.failed.values())
+    assert not any("of 5" in str(e) for e in error.failed.values()), "each failure is kept as it came"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"part_{i}.csv" for i in (0, 2, 4)]
+
+
+def test_an_empty_directory_is_refused_not_read_as_the_current_one(call, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with Storage([("out_1", "a.csv")]) as storage:
+        with pytest.raises(InvalidArgumentError, match="directory") as info:
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", ""))
+        assert storage.server.requests == []
+    assert info.value.argument == "directory" and list(tmp_path.iterdir()) == []
 

@@ -168,6 +168,9 @@ def test_hyphenated_index_routes(ft_emu):
     assert call("POST", "/fine-tuning/cancel-job", {"job_id": job.id})[1]["code"] == "invalid_state_transition"
     assert call("GET", f"/fine-tuning/list-job-events?job_id={job.id}")[0] == 200
     assert call("GET", f"/fine-tuning/list-job-logs?job_id={job.id}&limit=101")[0] == 400
+    # A limit that is no number is told the logs' range, not the 1 to 1000 of other lists.
+    status, refused = call("GET", f"/fine-tuning/list-job-logs?job_id={job.id}&limit=abc")
+    assert status == 400 and "1 to 100," in refused["message"], refused
     assert call("GET", "/fine-tuning/list-checkpoint-options")[0] == 200
 
 

@@ -16,8 +16,8 @@ import sensorium
 from _helpers import run_on
 from _fake_server import FakeServer, response
 from sensorium import fine_tuning as ft
-from sensorium.errors import InvalidArgumentError, JobFailedError
-from sensorium.types import BatchJob, FineTuningJob
+from sensorium.errors import APIResponseValidationError, InvalidArgumentError, JobFailedError
+from sensorium.types import BatchJob, Checkpoint, FineTuningJob
 
 JOB = {"object": "fine_tuning.job", "id": "ftj_1", "name": "tone", "model": "newton", "created_at": 1764000000,
        "org_id": "org_1", "status": "RUNNING", "outcome": None, "training_files": ["t.jsonl"], "validation_files": [],
@@ -198,12 +198,84 @@ def test_logs_follow_pages_answered_without_a_next_cursor(call):
     assert seen[1] == {"limit": ["2"], "after": ["ev_4"]} and seen[-1] == {"limit": ["2"], "before": ["ev_3"]}
 
 
+@pytest.mark.parametrize("listing, path", [
+    (lambda c: c.fine_tuning.jobs.events("ftj_1"), "/v0.6/fine_tuning/jobs/ftj_1/events"),
+    (lambda c: c.fine_tuning.jobs.checkpoints("ftj_1"), "/v0.6/fine_tuning/jobs/ftj_1/checkpoints"),
+    (lambda c: c.fine_tuning.jobs.list(), "/v0.6/fine_tuning/jobs"),
+    (lambda c: c.fine_tuning.jobs.checkpoint_options(), "/v0.6/fine_tuning/checkpoint_options"),
+    (lambda c: c.fine_tuning.jobs.metrics("ftj_1"), "/v0.6/fine_tuning/jobs/ftj_1/metrics"),
+])
+def test_every_fine_tuning_list_follows_pages_answered_without_a_next_cursor(call, listing, path):
+    """Only `logs` went on from a `{object, data, has_more}` page (the spec's shape, whose items'
+    ids are the cursors); the other lists stopped after the first page without a word."""
+    items = [{"id": f"item_{i}", "created_at": i, "level": "INFO", "type": "t", "step": i} for i in range(5, 0, -1)]
+
+    def script(head: bytes) -> list[Any]:
+        target = urlsplit(head.split(b"\r\n")[0].decode().split(" ")[1])
+        if target.path != path:
+            return [response(404, b'{"code": "not_found", "message": "?"}')]
+        after = parse_qs(target.query).get("after", [None])[0]
+        start = 0 if after is None else [i["id"] for i in items].index(after) + 1
+        page = {"object": "list", "data": items[start:start + 2], "has_more": start + 2 < len(items)}
+        return [response(200, json.dumps(page).encode())]
+
+    with FakeServer(script) as server:
+        every = call(server.base_url, listing)
+    assert [getattr(i, "id", None) or i["id"] for i in every] == [f"item_{i}" for i in range(5, 0, -1)]
+
+
+def test_a_page_with_more_and_no_way_on_is_refused_not_taken_as_the_end(call):
+    """`has_more` with no `next_cursor` (and, on a fine-tuning list, no item id to go on from)
+    ended the list silently, dropping the rest; it is an APIResponseValidationError now, from
+    the core's page reading (files) and from the fine-tuning lists' alike."""
+    stuck = {"data": [{"step": 1, "loss": 0.5}], "has_more": True}
+    files = {"data": [{"file_id": "a.txt"}], "has_more": True, "next_cursor": None}
+    with FakeServer(routes({"GET /v0.6/fine_tuning/jobs/ftj_1/metrics": lambda: stuck,
+                            "GET /v0.5/files/metadata": lambda: files})) as server:
+        with pytest.raises(APIResponseValidationError, match="has_more"):
+            call(server.base_url, lambda c: c.fine_tuning.jobs.metrics("ftj_1"))
+        with pytest.raises(APIResponseValidationError, match="has_more"):
+            call(server.base_url, lambda c: c.files.list())
+
+
+def test_metrics_convert_with_to_pandas(call):
+    """Issue 7: "fine-tuning metrics ... convert with `.to_pandas()`"; metrics() was a plain list."""
+    rows = {"data": [{"step": 1, "loss": 0.9}, {"step": 2, "loss": 0.4}], "has_more": False}
+    with FakeServer(routes({"GET /v0.6/fine_tuning/jobs/ftj_1/metrics": lambda: rows})) as server:
+        metrics = call(server.base_url, lambda c: c.fine_tuning.jobs.metrics("ftj_1"))
+    assert metrics == rows["data"] and metrics[0]["loss"] == 0.9
+    frame = metrics.to_pandas()
+    assert list(frame["loss"]) == [0.9, 0.4] and list(frame.columns) == ["step", "loss"]
+
+
+def test_create_takes_a_checkpoint_record_as_checkpoint_id(call):
+    """The batch checkpoint port takes a `Checkpoint`; `create(checkpoint_id=best)` was a TypeError."""
+    with FakeServer(routes({"POST /v0.6/fine_tuning/jobs": lambda: JOB})) as server:
+        call(server.base_url, lambda c: c.fine_tuning.jobs.create(
+            "newton", name="tone", method=ft.lora(), training_files=[ft.plain("t.jsonl")],
+            checkpoint_id=Checkpoint(id="ckp_7", step=30)))
+        sent = json.loads(server.bodies[0])
+    assert sent["checkpoint_id"] == "ckp_7"
+
+
 def test_jobs_list_types_each_kind(call):
     page = {"data": [JOB, {"id": "job_1", "name": "b", "pipeline_type": "batch", "status": "PAUSED"}],
             "has_more": False, "next_cursor": None}
     with FakeServer(routes({"GET /v0.5/jobs": lambda: page})) as server:
         jobs = call(server.base_url, lambda c: c.jobs.list(status="PAUSED"))
     assert [type(j) for j in jobs] == [FineTuningJob, BatchJob] and jobs[1].status == "PAUSED"
+
+
+@pytest.mark.parametrize("arguments, kind, argument", [
+    (dict(limit=0), InvalidArgumentError, "limit"), (dict(limit="5"), TypeError, "limit"),
+    (dict(status=5), TypeError, "status"),
+])
+def test_jobs_list_checks_its_arguments_before_sending(emu, arguments, kind, argument):
+    """`client.jobs.list(limit=0)` and `status=5` went to the server; `batch.jobs.list` refuses them."""
+    with emu.client() as client:
+        with pytest.raises(kind, match=argument):
+            list(client.jobs.list(**arguments))
+    assert emu.requests == []
 
 
 def test_fine_tuning_job_record_from_the_spec_table():

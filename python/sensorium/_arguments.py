@@ -89,8 +89,12 @@ def limit(value: Any, argument: str = "limit", *, most: Optional[int] = None) ->
 
 
 def folder(value: Any, argument: str = "directory") -> Path:
-    """A folder on this machine (str, bytes or ``os.PathLike``)."""
-    return Path(local_path(value, argument))
+    """A folder on this machine (str, bytes or ``os.PathLike``). An empty one is refused: it
+    would be read as the current folder, which the caller did not name (``"."`` does)."""
+    path = local_path(value, argument)
+    if not path:
+        raise InvalidArgumentError(f"{argument}: is empty; give a folder ('.' for the current one)", argument=argument)
+    return Path(path)
 
 
 def seconds(value: Any, name: str, *, optional: bool = False) -> None:

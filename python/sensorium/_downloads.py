@@ -6,13 +6,16 @@ listed afresh and fetched again.
 
 from __future__ import annotations
 
+import copy
 import os
+import re
+import unicodedata
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional, Protocol, TypeVar
 
 from ._endpoints import CollectList, ListRequest, Native, Operation, Surface
 from ._progress import ProgressCallback
-from .errors import APIStatusError, InvalidArgumentError
+from .errors import APIError, APIResponseValidationError, APIStatusError, InvalidArgumentError
 
 __all__ = ["DEFAULT_CONCURRENCY", "download_listed"]
 
@@ -21,6 +24,8 @@ __all__ = ["DEFAULT_CONCURRENCY", "download_listed"]
 # (benchmarks/downloads.py compares 8, 16 and 64).
 DEFAULT_CONCURRENCY = 16
 MAX_CONCURRENCY = 256
+# Failed files named one by one in the raised error's message (``failed`` holds them all).
+MESSAGE_NAMES = 10
 
 
 class _Listed(Protocol):
@@ -48,22 +53,80 @@ def concurrency_of(value: Optional[int]) -> int:
     return value
 
 
-def _targets(records: list[L], directory: Path, argument: str) -> list[Path]:
+def _same_on_disk(name: str) -> str:
+    """``name`` as a file system compares it: case-insensitively on macOS and Windows, and in
+    one Unicode form (macOS stores names decomposed), so ``A.csv``, ``a.csv`` and a decomposed
+    ``ä.csv`` beside a composed one are one file there. Compared so everywhere, a listing gets the
+    same file names on every machine."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def _targets(records: list[L], directory: Path) -> list[Optional[Path]]:
     """Where each file goes: its server-given name, kept inside ``directory`` (only the last
-    component is used); a name listed twice gets the record's id before its suffix, so no file
-    overwrites another."""
+    component is used); ``None`` for a record with no usable name or ref. A name listed twice gets
+    the record's id before its suffix (and a count after it while that is taken too), so no file
+    overwrites another, whatever names the listing holds. Every first use of a name is reserved
+    before any renaming, so a renamed file never takes a name the server gave another."""
+    names = [PurePosixPath(record.filename or "").name if record.ref else "" for record in records]
+    names = ["" if name in (".", "..") else name for name in names]
     taken: set[str] = set()
-    paths: list[Path] = []
-    for record in records:
-        name = PurePosixPath(record.filename or "").name
-        if not name or not record.ref:
-            raise InvalidArgumentError(f"{argument}: {record.id} has no filename or ref to download", argument=argument)
-        if name in taken:
-            stem = PurePosixPath(name)
-            name = f"{stem.stem}__{record.id}{stem.suffix}"
-        taken.add(name)
+    keeps: list[bool] = []
+    for name in names:
+        keeps.append(bool(name) and _same_on_disk(name) not in taken)
+        if name:
+            taken.add(_same_on_disk(name))
+    paths: list[Optional[Path]] = []
+    for record, name, keep in zip(records, names, keeps):
+        if not name:
+            paths.append(None)
+            continue
+        if not keep:
+            stem, suffix = PurePosixPath(name).stem, PurePosixPath(name).suffix
+            tag = re.sub(r"[^A-Za-z0-9_.-]", "_", record.id)
+            name, n = f"{stem}__{tag}{suffix}", 2
+            while _same_on_disk(name) in taken:
+                name, n = f"{stem}__{tag}_{n}{suffix}", n + 1
+            taken.add(_same_on_disk(name))
         paths.append(directory / name)
     return paths
+
+
+def _unusable(record: _Listed) -> APIResponseValidationError:
+    """A listed record that cannot be fetched: the server's data, not the caller's argument, and
+    it costs only that file."""
+    missing = " and ".join(what for what, value in (("filename", record.filename), ("ref", record.ref)) if not value)
+    reason = f"has no {missing}" if missing else f"has the filename {record.filename!r}, which names no file"
+    return APIResponseValidationError(f"{record.id} {reason} to download", body=repr(record)[:2000])
+
+
+def _summary(records: list[L], paths: list[Optional[Path]], outcomes: list[Any]) -> BaseException:
+    """The first failure, told the whole outcome: its message counts and names every file that
+    failed, ``written`` lists the paths written and ``failed`` maps each failed record's id to its
+    error (as it came). It stays the first failure's own class, with its status and fields, so
+    ``except NotFoundError`` and the like still catch it."""
+    failed = {record.id: outcome for record, outcome in zip(records, outcomes) if isinstance(outcome, BaseException)}
+    written = [path for path, outcome in zip(paths, outcomes)
+               if path is not None and not isinstance(outcome, BaseException)]
+    first = next(iter(failed.values()))
+    named = [f"{path.name if path else record.id}: {outcome}" for record, path, outcome in zip(records, paths, outcomes)
+             if isinstance(outcome, BaseException)]
+    # A job of thousands of files that all failed the same way needs the first few, not a page each.
+    shown = "; ".join(named[:MESSAGE_NAMES]) + (f"; and {len(named) - MESSAGE_NAMES} more" if len(named) > MESSAGE_NAMES
+                                                else "")
+    message = f"{len(named)} of {len(records)} files not downloaded ({len(written)} written): {shown}"
+    # A copy, so that `failed` keeps each failure as it came, the first one included.
+    try:
+        summary = copy.copy(first)
+    except Exception:  # an exception that cannot be rebuilt: told the outcome itself
+        summary = first
+    summary.args = (message,)
+    if isinstance(summary, APIError):
+        summary.message = message
+    elif isinstance(summary, OSError) and summary.strerror is not None:
+        summary.strerror = message  # an OSError with an errno prints its strerror, not its args
+    setattr(summary, "written", written)
+    setattr(summary, "failed", failed)
+    return summary
 
 
 def _expired(outcome: Any, reference: str) -> bool:
@@ -84,28 +147,32 @@ def download_listed(
     argument: str,
 ) -> Operation[list[Path]]:
     """Every file ``listing`` names, into ``directory`` (created when missing); the paths in
-    listing order. Relative refs resolve against ``surface``'s base URL. When some files fail for good, the others are still written and the first
-    failure is raised."""
+    listing order; relative refs resolve against ``surface``'s base URL. When some files fail for
+    good (a record with no ref or filename among them), the others are still written and the first
+    failure is raised, told the whole outcome (see ``_summary``). ``argument`` names the caller's id
+    argument (kept for the callers' sake: a listing's bad record is the server's data, never blamed
+    on it)."""
     in_flight = concurrency_of(concurrency)
     records: list[L] = yield CollectList(listing)
-    paths = _targets(records, directory, argument)
+    paths = _targets(records, directory)
     directory.mkdir(parents=True, exist_ok=True)
     refs = [record.ref or "" for record in records]
 
     def fetch(indices: list[int]) -> Native[list[Any]]:
-        items = [(refs[i], os.fspath(paths[i]), records[i].num_bytes) for i in indices]
+        items = [(refs[i], os.fspath(paths[i] or ""), records[i].num_bytes) for i in indices]
         return Native("download_many", (surface, items, in_flight), (on_progress, progress, directory.name or "files"))
 
-    everything = list(range(len(records)))
-    outcomes: list[Any] = yield fetch(everything)
-    stale = [i for i in everything if _expired(outcomes[i], refs[i])]
+    usable = [i for i, path in enumerate(paths) if path is not None]
+    outcomes: list[Any] = [None if path else _unusable(record) for record, path in zip(records, paths)]
+    for i, outcome in zip(usable, (yield fetch(usable))):
+        outcomes[i] = outcome
+    stale = [i for i in usable if _expired(outcomes[i], refs[i])]
     if stale:
         fresh = {record.id: record.ref for record in (yield CollectList(listing))}
         for i in stale:
             refs[i] = fresh.get(records[i].id) or refs[i]
         for i, outcome in zip(stale, (yield fetch(stale))):
             outcomes[i] = outcome
-    for outcome in outcomes:
-        if isinstance(outcome, BaseException):
-            raise outcome
-    return paths
+    if any(isinstance(outcome, BaseException) for outcome in outcomes):
+        raise _summary(records, paths, outcomes)
+    return [path for path in paths if path is not None]

@@ -203,8 +203,13 @@ class _CursorParam:
 
 def _item_cursor_page(raw: Any, direction: str) -> dict[str, Any]:
     """The page of a list answered as ``{data, has_more}`` (read as it came: the core's page
-    reading ends a list whose page has no ``next_cursor``). Its next cursor, when not given, is
-    the id of the page's oldest item walking ``after``, of its newest walking ``before``."""
+    reading refuses a page that says ``has_more`` with no ``next_cursor``). Its next cursor, when
+    not given, is the id of the page's oldest item walking ``after``, of its newest walking
+    ``before``. A bare array is the whole list. A page that says ``has_more`` and leaves no way
+    on (no cursor, no item id) is refused rather than taken as the end, which would drop the
+    rest of the list without a word."""
+    if isinstance(raw, list):
+        return {"data": raw, "has_more": False, "next_cursor": None}
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
         raise APIResponseValidationError(f"expected a list page {{data, has_more}}, got {type(raw).__name__}",
                                          body=_answer_text(raw))
@@ -213,7 +218,10 @@ def _item_cursor_page(raw: Any, direction: str) -> dict[str, Any]:
     if not cursor and data:
         edge = data[0] if direction == "before" else data[-1]
         cursor = edge.get("id") if isinstance(edge, dict) else None
-    has_more = bool(raw.get("has_more")) and isinstance(cursor, str) and bool(cursor)
+    has_more = bool(raw.get("has_more"))
+    if has_more and not (isinstance(cursor, str) and cursor):
+        raise APIResponseValidationError("the page says has_more but gives no next_cursor, nor an item id to go on "
+                                         "from, so the rest of the list cannot be read", body=repr(raw)[:2000])
     return {"data": data, "has_more": has_more, "next_cursor": cursor if has_more else None}
 
 

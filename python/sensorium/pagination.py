@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Generic, Iterator, T
 
 T = TypeVar("T")
 
-__all__ = ["Page", "SyncPager", "AsyncPager"]
+__all__ = ["Page", "SyncPager", "AsyncPager", "Rows"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,18 @@ class AsyncPager(Generic[T]):
     async def to_pandas(self) -> Any:
         """See :meth:`SyncPager.to_pandas`."""
         return _frame([item async for item in self])
+
+
+class Rows(list[T]):
+    """A whole list read at once (``fine_tuning.jobs.metrics``): a plain ``list`` that also
+    converts with ``to_pandas()``, as the pagers do.
+
+    >>> client.fine_tuning.jobs.metrics(job.id).to_pandas()  # doctest: +SKIP
+    """
+
+    def to_pandas(self) -> Any:
+        """Every item as a row of a ``pandas.DataFrame`` (``pip install pandas``)."""
+        return _frame(list(self))
 
 
 def _frame(items: list[Any]) -> Any:

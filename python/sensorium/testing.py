@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence, TypedDict, Union
 
+from sensorium._arguments import strings
 from sensorium._core import EmulatorServer
 
 if TYPE_CHECKING:
@@ -321,15 +322,20 @@ class Emulator:
                       failed_inputs: Optional[Sequence[str]] = None) -> None:
         """The next job of ``kind`` (``"agent"``, ``"batch"``, ``"fine_tuning"``, ``"eval"``,
         ``"optimization"``) made from now on ends failed with ``error`` (a job already running
-        is not affected); ``failed_inputs`` (file ids, batch only) fail those inputs while the
-        job still completes.
+        is not affected); ``failed_inputs`` (a list of file ids, batch only) fail those inputs
+        while the job still completes. A plan that would fail nothing (neither given, an empty
+        ``error``, ``failed_inputs`` for a kind without inputs) is a ``ValueError`` naming the
+        argument, and a single string for ``failed_inputs`` a ``TypeError``: read as its
+        characters, it would fail no input.
 
         Example::
 
             emu.fail_next_job("agent", error="worker lost")
             # client.agents.instances.wait(run.id) now raises AgentRunError("... worker lost")
+            emu.fail_next_job("batch", failed_inputs=["pump_loud.csv"])
         """
-        self._server.fail_next_job(kind, error=error, failed_inputs=list(failed_inputs) if failed_inputs else None)
+        inputs = None if failed_inputs is None else strings(failed_inputs, "failed_inputs")
+        self._server.fail_next_job(kind, error=error, failed_inputs=inputs)
 
     def lag_agent_status(self, seconds: float) -> None:
         """Agent records keep saying ``running`` for ``seconds`` after their run ended, as on the

@@ -133,7 +133,10 @@ pub async fn call(transport: &Transport, req: &JsonCall) -> Result<Value, Error>
             return Err(Error::unexpected(&call.url, format!("expected a list page, got {}", short(&value)), value.to_string().as_bytes()));
         }
         // Moved, not re-serialised: a page of 1,000 records is not copied.
-        let page = normalize_page(value);
+        let page = match normalize_page(value) {
+            Ok(page) => page,
+            Err(why) => return Err(Error::unexpected(&call.url, why, b"")),
+        };
         return Ok(serde_json::json!({
             "data": page.data,
             "has_more": page.has_more,

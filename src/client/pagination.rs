@@ -7,10 +7,11 @@ use crate::wire::page::CursorPage;
 /// Reads a list response: `{data, has_more, next_cursor, prev_cursor}` (1.1.11 on), a bare
 /// array (some file listings), `{<entity>: [...]}` with a single array field, or the older
 /// offset style `{total, offset, limit, <entity>: [...]}`, whose next page is given as the next
-/// offset in `next_cursor` (the caller sends it back as `offset`). Pages with `has_more` but no
-/// cursor are treated as the last page, so iteration always ends.
-pub fn normalize_page(body: Value) -> CursorPage<Value> {
-    match body {
+/// offset in `next_cursor` (the caller sends it back as `offset`). A page with `has_more` but no
+/// cursor is refused: taken as the last page, it would end the list silently with the rest
+/// unread; followed without a cursor, it would loop on the first page.
+pub fn normalize_page(body: Value) -> Result<CursorPage<Value>, String> {
+    Ok(match body {
         Value::Array(items) => CursorPage { data: items, ..Default::default() },
         Value::Object(mut map) => {
             let data = match map.remove("data") {
@@ -34,21 +35,26 @@ pub fn normalize_page(body: Value) -> CursorPage<Value> {
                 if !map.contains_key("next_cursor") {
                     let next = offset.saturating_add(data.len() as u64);
                     let has_more = !data.is_empty() && next < total;
-                    return CursorPage {
+                    return Ok(CursorPage {
                         data,
                         has_more,
                         next_cursor: has_more.then(|| next.to_string()),
                         prev_cursor: None,
                         offset_style: true,
-                    };
+                    });
                 }
             }
             let next_cursor = text(map.get("next_cursor"));
-            let has_more = map.get("has_more").and_then(Value::as_bool).unwrap_or(false) && next_cursor.is_some();
+            let has_more = map.get("has_more").and_then(Value::as_bool).unwrap_or(false);
+            if has_more && next_cursor.is_none() {
+                return Err("the page says has_more but gives no next_cursor, so the rest of the list cannot be \
+                            read"
+                    .to_string());
+            }
             CursorPage { data, has_more, next_cursor, prev_cursor: text(map.get("prev_cursor")), offset_style: false }
         }
         _ => CursorPage::default(),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -56,21 +62,39 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn page(body: Value) -> CursorPage<Value> {
+        normalize_page(body).expect("a readable page")
+    }
+
     #[test]
     fn every_shape() {
-        let p = normalize_page(json!({"data": [1, 2], "has_more": true, "next_cursor": "c2", "prev_cursor": null}));
+        let p = page(json!({"data": [1, 2], "has_more": true, "next_cursor": "c2", "prev_cursor": null}));
         assert_eq!((p.data.len(), p.has_more, p.next_cursor.as_deref()), (2, true, Some("c2")));
-        let p = normalize_page(json!([1, 2, 3]));
+        let p = page(json!([1, 2, 3]));
         assert_eq!((p.data.len(), p.has_more), (3, false));
-        let p = normalize_page(json!({"files": [1], "total": 1}));
+        let p = page(json!({"files": [1], "total": 1}));
         assert_eq!(p.data.len(), 1);
-        let p = normalize_page(json!({"data": [], "has_more": true, "next_cursor": null}));
-        assert!(!p.has_more, "has_more without a cursor would loop forever");
-        let p = normalize_page(json!({"job_id": "j", "total": 5, "offset": 2, "limit": 2, "events": [1, 2]}));
-        assert_eq!((p.data.len(), p.has_more, p.next_cursor.as_deref()), (2, true, Some("4")));
-        let p = normalize_page(json!({"total": 5, "offset": 4, "limit": 2, "events": [1]}));
+        let p = page(json!({"data": [1], "has_more": false, "next_cursor": null}));
         assert!(!p.has_more && p.next_cursor.is_none());
-        let p = normalize_page(json!({"total": 9, "offset": 0, "events": []}));
+        let p = page(json!({"data": [1]}));
+        assert!(!p.has_more, "a page without has_more is the whole list");
+        let p = page(json!({"job_id": "j", "total": 5, "offset": 2, "limit": 2, "events": [1, 2]}));
+        assert_eq!((p.data.len(), p.has_more, p.next_cursor.as_deref()), (2, true, Some("4")));
+        let p = page(json!({"total": 5, "offset": 4, "limit": 2, "events": [1]}));
+        assert!(!p.has_more && p.next_cursor.is_none());
+        let p = page(json!({"total": 9, "offset": 0, "events": []}));
         assert!(!p.has_more, "an empty page ends the list whatever total says");
+    }
+
+    #[test]
+    fn more_without_a_cursor_is_refused_not_taken_as_the_end() {
+        for body in [
+            json!({"data": [1, 2], "has_more": true}),
+            json!({"object": "list", "data": [], "has_more": true, "next_cursor": null}),
+            json!({"data": [1], "has_more": true, "next_cursor": ""}),
+        ] {
+            let refused = normalize_page(body.clone()).expect_err("the rest of the list would be lost");
+            assert!(refused.contains("has_more"), "{refused}: {body}");
+        }
     }
 }

@@ -246,7 +246,8 @@ async fn expire_output_urls(State(shared): State<Arc<Shared>>) -> Json<Value> {
 }
 
 /// `{kind, error?, failed_inputs?}`: the next job of `kind` ends failed with `error`, or (batch)
-/// completes with `failed_inputs` failed (`Emulator.fail_next_job`).
+/// completes with `failed_inputs` failed (`Emulator.fail_next_job`). The executor refuses a plan
+/// that would fail nothing, here as from Python.
 async fn fail_next_job(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Result<Json<Value>, ApiError> {
     let m = object(&body)?;
     let kind = m

@@ -367,9 +367,12 @@ async fn feed(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(id): P
     let params = Params::parse(q.as_deref());
     let mut default = shared.page_size;
     if matches!(which, Feed::Logs) {
-        // The spec: logs `limit` is 1 to 100.
-        if params.get("limit").and_then(|l| l.parse::<usize>().ok()).is_some_and(|l| !(1..=100).contains(&l)) {
-            return Err(invalid("Query parameter 'limit' of fine-tuning logs must be from 1 to 100."));
+        // The spec: logs `limit` is 1 to 100 (so a limit that is no number is told that range too,
+        // not the 1 to 1000 of the other lists).
+        if let Some(text) = params.get("limit").filter(|l| !l.parse::<usize>().is_ok_and(|l| (1..=100).contains(&l))) {
+            return Err(invalid(format!(
+                "Query parameter 'limit' of fine-tuning logs must be an integer from 1 to 100, got {text:?}."
+            )));
         }
         default = default.min(100);
     }

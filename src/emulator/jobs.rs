@@ -62,10 +62,31 @@ impl Executor {
     }
 
     /// The next job of `kind` ends failed with `error`, or (batch) completes with `failed_inputs`
-    /// failed. Refused for an unknown kind.
+    /// failed. Refused, naming the argument, for an unknown kind and for a plan that would do
+    /// nothing (no error and no input; an empty error; inputs of a kind that has none), so a
+    /// test that meant a failure never passes on a job that quietly succeeded. Python and the
+    /// control route both come here, so scripts in any process meet the same refusals.
     pub fn fail_next(&self, kind: &str, failure: Failure) -> Result<(), String> {
         if !JOB_KINDS.contains(&kind) {
             return Err(format!("kind is {kind:?}; it takes one of {}", JOB_KINDS.join(", ")));
+        }
+        if failure.error.as_deref().is_some_and(|e| e.trim().is_empty()) {
+            return Err("error is empty; it takes the text the job fails with".to_string());
+        }
+        if failure.failed_inputs.iter().any(|id| id.is_empty()) {
+            return Err("failed_inputs holds an empty file id".to_string());
+        }
+        if !failure.failed_inputs.is_empty() && kind != "batch" {
+            return Err(format!(
+                "failed_inputs is for batch jobs only (their inputs fail while the job completes); a {kind} job \
+                 takes error"
+            ));
+        }
+        if failure.error.is_none() && failure.failed_inputs.is_empty() {
+            return Err(format!(
+                "nothing to fail: give error (the next {kind} job fails with it){}",
+                if kind == "batch" { " or failed_inputs (those inputs fail, the job completes)" } else { "" }
+            ));
         }
         self.planned.lock().insert(kind.to_string(), failure);
         Ok(())
@@ -168,6 +189,29 @@ mod tests {
         *b.control.lock() = Control::Run;
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(b.steps.lock().last().map(String::as_str), Some("ok"), "the failure was for one agent only");
+    }
+
+    #[test]
+    fn a_plan_that_would_fail_nothing_is_refused_naming_the_argument() {
+        let ex = Executor::new(Duration::from_millis(40), CancellationToken::new());
+        let plan = |error: Option<&str>, inputs: &[&str]| Failure {
+            error: error.map(str::to_string),
+            failed_inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        };
+        for (kind, failure, named) in [
+            ("batch", plan(None, &[]), "error"),
+            ("fine_tuning", plan(None, &["idle.csv"]), "failed_inputs"),
+            ("agent", plan(Some("x"), &["a.csv"]), "failed_inputs"),
+            ("batch", plan(Some(" "), &[]), "error"),
+            ("batch", plan(None, &[""]), "failed_inputs"),
+            ("BATCH", plan(Some("x"), &[]), "kind"),
+        ] {
+            let refused = ex.fail_next(kind, failure).expect_err(kind);
+            assert!(refused.contains(named), "{kind}: {refused}");
+        }
+        assert!(ex.planned.lock().is_empty(), "a refused plan is not kept");
+        ex.fail_next("batch", plan(None, &["pump_loud.csv"])).expect("batch inputs");
+        ex.fail_next("fine_tuning", plan(Some("diverged"), &[])).expect("a fine-tuning error");
     }
 
     #[tokio::test]

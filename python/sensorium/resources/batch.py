@@ -34,15 +34,20 @@ __all__ = ["Batch", "AsyncBatch"]
 CURSOR = "cursor"
 # The platform refuses one job with more inputs than this (413); refused before sending.
 MAX_INPUTS = 10_000
+# The port that takes a fine-tuning checkpoint (wire notes: `{kind: "checkpoint", checkpoint_id}`).
+CHECKPOINT_PORT = "worker.fine_tune_checkpoint"
 
 
 def _entry(item: Any, port: str) -> dict[str, Any]:
     """One input of a port: a file id, a ``FileRecord``, ``{file_id, metadata}``, or (the
-    checkpoint port) a ``Checkpoint`` or ``{kind: "checkpoint", checkpoint_id}``."""
+    checkpoint port) a ``Checkpoint``, its ``ckp_`` id or ``{kind: "checkpoint", checkpoint_id}``."""
     from ..types import Checkpoint
 
     if isinstance(item, Checkpoint):
         return {"kind": "checkpoint", "checkpoint_id": item.id}
+    if port == CHECKPOINT_PORT and isinstance(item, str) and item:
+        # A string there is a checkpoint id: sent as a file id, the platform refuses it (400).
+        return {"kind": "checkpoint", "checkpoint_id": item}
     if isinstance(item, FileRecord):
         item = item.file_id
     if isinstance(item, str) and item:
@@ -163,10 +168,18 @@ class Jobs(Resource):
         atomic (a temporary file renamed when complete). Presigned URLs and relative API refs
         alike; URLs that expired are listed afresh. Returns the paths, in listing order; byte
         progress as ``on_progress(done, total)`` or a tqdm bar (``progress=True``). When a file
-        fails for good the others are still written and the first failure is raised.
+        fails for good (a listed output with no ``ref`` or ``filename`` among them, as an
+        ``APIResponseValidationError``) the others are still written, and the first failure is
+        raised, of its own class, with the whole outcome: its message counts and names every
+        failed file, ``e.written`` lists the paths written and ``e.failed`` maps each failed
+        output's id to its error. A name listed twice gets the output's id before its suffix.
 
         >>> client.batch.jobs.download_outputs(job.id, "predictions/")  # doctest: +SKIP
         [PosixPath('predictions/pred_pump_a_part_0.csv'), ...]
+        >>> try:  # doctest: +SKIP
+        ...     client.batch.jobs.download_outputs(job.id, "predictions/")
+        ... except sensorium.errors.SensoriumError as e:
+        ...     print(len(e.written), "written;", list(e.failed), "to fetch again")
         """
         listing = ListRequest(self._path(job_id, "/outputs"), BatchOutput.from_dict, cursor_param=CURSOR)
         return self._drive(download_listed(listing, folder(directory), surface="api", concurrency=concurrency,

@@ -17,6 +17,7 @@ __all__ = ["Batch", "AsyncBatch"]
 
 CURSOR: str
 MAX_INPUTS: int
+CHECKPOINT_PORT: str
 
 def batch_failure(record: Any, _logs: builtins.list[AgentLog], what: str) -> SensoriumError: ...
 

@@ -12,7 +12,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from .._arguments import limit as page_size
 from .._arguments import string, text
@@ -22,6 +22,7 @@ from .._endpoints import (
 from .._waiting import canceling, wait_for
 from ..errors import APIStatusError, InvalidArgumentError, JobFailedError, SensoriumError
 from ..fine_tuning import check_job
+from ..pagination import Rows
 from ..types import AgentLog, Checkpoint, FineTuningEvent, FineTuningJob
 
 __all__ = ["FineTuning", "AsyncFineTuning"]
@@ -53,10 +54,11 @@ class FineTuningJobs(Resource):
     """Fine-tuning jobs of your organization."""
 
     def create(self, model: str, *, name: str, method: Any, training_files: Any, validation_files: Any = None,
-               suffix: Optional[str] = None, seed: Optional[int] = None, checkpoint_id: Optional[str] = None) -> Any:
+               suffix: Optional[str] = None, seed: Optional[int] = None,
+               checkpoint_id: Union[str, Checkpoint, None] = None) -> Any:
         """Starts a fine-tuning job of ``model`` (``newton`` or ``omega``). ``method`` and the files
         come from ``sensorium.fine_tuning``; a method or file that does not fit the model is refused
-        before sending.
+        before sending. ``checkpoint_id`` (a ``ckp_`` id or a ``Checkpoint``) warm-starts it.
 
         >>> client.fine_tuning.jobs.create("newton", name="tone", method=ft.lora(),  # doctest: +SKIP
         ...                                training_files=[ft.plain("train.jsonl")])
@@ -66,6 +68,9 @@ class FineTuningJobs(Resource):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise InvalidArgumentError(f"seed: is {seed!r}; it takes an integer", argument="seed")
         body = check_job(model, method, training_files, validation_files)
+        # A Checkpoint record is taken as its id, as the batch checkpoint port takes it.
+        if isinstance(checkpoint_id, Checkpoint):
+            checkpoint_id = checkpoint_id.id
         body.update(query(name=name, suffix=string(suffix, "suffix"), seed=seed,
                           checkpoint_id=text(checkpoint_id, "checkpoint_id")))
         return self._call(Request("POST", "/fine_tuning/jobs", body=body, surface="fine_tuning",
@@ -74,7 +79,7 @@ class FineTuningJobs(Resource):
     def list(self, *, limit: Optional[int] = None) -> Any:
         """Every fine-tuning job, newest first, page by page."""
         return self._list(ListRequest("/fine_tuning/jobs", FineTuningJob.from_dict, query(limit=page_size(limit)),
-                                      "fine_tuning"))
+                                      "fine_tuning", item_cursors=True))
 
     def _path(self, job_id: str, tail: str = "") -> str:
         return f"/fine_tuning/jobs/{segment(job_id, 'job_id')}{tail}"
@@ -106,12 +111,13 @@ class FineTuningJobs(Resource):
 
     def checkpoints(self, job_id: str) -> Any:
         """The job's checkpoints, page by page."""
-        return self._list(ListRequest(self._path(job_id, "/checkpoints"), Checkpoint.from_dict, surface="fine_tuning"))
+        return self._list(ListRequest(self._path(job_id, "/checkpoints"), Checkpoint.from_dict, surface="fine_tuning",
+                                      item_cursors=True))
 
     def events(self, job_id: str) -> Any:
         """The job's events, newest first."""
         return self._list(ListRequest(self._path(job_id, "/events"), FineTuningEvent.from_dict,
-                                      surface="fine_tuning"))
+                                      surface="fine_tuning", item_cursors=True))
 
     def logs(self, job_id: str, *, level: Optional[str] = None, q: Optional[str] = None,
              limit: Optional[int] = None, after: Optional[str] = None, before: Optional[str] = None) -> Any:
@@ -121,22 +127,25 @@ class FineTuningJobs(Resource):
         first (from the id outwards)."""
         direction, start = cursor_walk(after, before)
         params = query(level=string(level, "level"), q=string(q, "q"), limit=page_size(limit, most=MAX_LOGS_LIMIT))
-        # The spec's answer is `{object, data, has_more}`: the events' ids are the cursors.
+        # The spec's answer is `{object, data, has_more}`: the events' ids are the cursors (so
+        # for every fine-tuning list, whose pages may come in the same shape).
         return self._list(ListRequest(self._path(job_id, "/logs"), FineTuningEvent.from_dict, params, "fine_tuning",
                                       cursor_param=direction, start=start, item_cursors=True))
 
     def metrics(self, job_id: str) -> Any:
-        """The job's training metrics (a list of dicts, one per step and metric)."""
+        """The job's training metrics (a list of dicts, one per step and metric; ``.to_pandas()``
+        makes it a DataFrame)."""
         return self._drive(self._metrics(job_id))
 
-    def _metrics(self, job_id: str) -> Operation[list[dict[str, Any]]]:
+    def _metrics(self, job_id: str) -> Operation[Rows[dict[str, Any]]]:
         rows: list[dict[str, Any]] = yield CollectList(ListRequest(self._path(job_id, "/metrics"), dict,
-                                                                   surface="fine_tuning"))
-        return rows
+                                                                   surface="fine_tuning", item_cursors=True))
+        return Rows(rows)
 
     def checkpoint_options(self) -> Any:
         """The checkpoints a new job may start from."""
-        return self._list(ListRequest("/fine_tuning/checkpoint_options", Checkpoint.from_dict, surface="fine_tuning"))
+        return self._list(ListRequest("/fine_tuning/checkpoint_options", Checkpoint.from_dict, surface="fine_tuning",
+                                      item_cursors=True))
 
     def wait(self, job_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
         """Waits until the job ends and returns its final record (``COMPLETED`` or ``SUCCEEDED``

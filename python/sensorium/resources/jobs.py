@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
+from .._arguments import limit as page_size
+from .._arguments import string
 from .._endpoints import ListRequest, Resource, query
 from ..types import BatchJob, FineTuningJob
 
@@ -23,7 +25,7 @@ class Jobs(Resource):
     def list(self, *, status: Optional[str] = None, limit: Optional[int] = None) -> Any:
         """Every job of the organization, page by page; ``status`` filters (``PAUSED`` and
         ``INTERRUPTED`` included)."""
-        return self._list(ListRequest("/jobs", _job, query(status=status, limit=limit)))
+        return self._list(ListRequest("/jobs", _job, query(status=string(status, "status"), limit=page_size(limit))))
 
 
 class AsyncJobs(Jobs):
