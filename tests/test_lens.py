@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
-from _fake_server import FakeServer
+from _fake_server import FakeServer, response
 from _helpers import header, run_on
 from sensorium.errors import APITimeoutError, InvalidArgumentError, LensEventError, NotFoundError, WaitTimeoutError
 from sensorium.testing import Emulator
@@ -110,8 +110,6 @@ def fake_session_socket(handler: Callable[[Any], None]) -> Iterator[str]:
     """A WebSocket server running ``handler(ws)`` per connection, behind a REST fake whose session
     record (any id) points at it; yields the REST base URL."""
     from websockets.sync.server import serve
-
-    from _fake_server import response
 
     with serve(handler, "127.0.0.1", 0) as ws_server:
         threading.Thread(target=ws_server.serve_forever, daemon=True).start()
@@ -677,3 +675,64 @@ def test_modify_a_running_session_over_the_socket(emu, client_kind):
     assert answer["is_valid"] is True
     assert answer["outputs"][0]["event_data"]["lens_config"]["model_parameters"] == {"threshold": 0.5}
     assert on(emu, client_kind, lambda c: c.lens.sessions.info(session_id)).num_updates == 1
+
+
+def test_a_ctrl_c_at_any_point_of_taking_the_next_event_loses_and_repeats_nothing(emu, client_kind):
+    """CPython runs a signal handler (Ctrl-C's KeyboardInterrupt) at a function's start and right
+    after a call into C returns. A profile function sees exactly those points (``call``,
+    ``c_return``) and raises there, one point further into each attempt, until the attempt gets
+    its event: every event must come once, and ``last_event_id`` after an interrupted attempt
+    must still name the last event received (``pop()`` then setting it lost an event)."""
+    import sensorium.resources.lens as lens_module
+
+    session_id = running_session(emu, client_kind, [NOOP, SSE])
+    feed(emu, session_id, 12)  # as many spare as can be lost: the stream must not run dry
+    ours = lens_module.__file__
+
+    def interrupting_at(target: int) -> Callable[..., None]:
+        points = iter(range(target + 1))
+
+        def profile(frame: Any, event: str, _arg: Any) -> None:
+            if frame.f_code.co_filename == ours and event in ("call", "c_return") and next(points, None) == target:
+                raise KeyboardInterrupt
+        return profile
+
+    def sync_body(c: Any) -> tuple[list[int], int]:
+        got: list[int] = []
+        interrupts = target = 0
+        with c.lens.sessions.stream(session_id) as stream:
+            while len(got) < 6:
+                sys.setprofile(interrupting_at(target))
+                try:
+                    event = next(stream)
+                except KeyboardInterrupt:
+                    assert stream.last_event_id == (event.id if got else None)
+                    interrupts, target = interrupts + 1, target + 1
+                    continue
+                finally:
+                    sys.setprofile(None)
+                got.append(event.event_data["i"])
+                target = 0
+        return got, interrupts
+
+    async def async_body(c: Any) -> tuple[list[int], int]:
+        got: list[int] = []
+        interrupts = target = 0
+        async with c.lens.sessions.stream(session_id) as stream:
+            while len(got) < 6:
+                sys.setprofile(interrupting_at(target))
+                try:
+                    event = await stream.__anext__()
+                except KeyboardInterrupt:
+                    assert stream.last_event_id == (event.id if got else None)
+                    interrupts, target = interrupts + 1, target + 1
+                    continue
+                finally:
+                    sys.setprofile(None)
+                got.append(event.event_data["i"])
+                target = 0
+        return got, interrupts
+
+    got, interrupts = on(emu, client_kind, sync_body if client_kind == "sync" else async_body)
+    assert got == list(range(6))
+    assert interrupts >= 6  # at least one per event

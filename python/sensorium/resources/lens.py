@@ -345,8 +345,14 @@ class EventStream:
         return True
 
     def _hand_out(self) -> StreamEvent:
-        event = self._pending.pop()
+        # The event leaves `_pending` last, and by `del` rather than `pop()`: CPython runs signal
+        # handlers (Ctrl-C) after a call such as `pop()`, never between these statements and the
+        # return, so a KeyboardInterrupt comes before the event is handed out (it stays pending
+        # for the next call) or after the caller has it; `last_event_id` never names an event
+        # the caller did not get.
+        event = self._pending[-1]
         self.last_event_id = event.id
+        del self._pending[-1]
         return event
 
     def close(self) -> None:
