@@ -736,3 +736,43 @@ def test_a_ctrl_c_at_any_point_of_taking_the_next_event_loses_and_repeats_nothin
     got, interrupts = on(emu, client_kind, sync_body if client_kind == "sync" else async_body)
     assert got == list(range(6))
     assert interrupts >= 6  # at least one per event
+
+
+def test_a_cr_framed_stream_hands_out_each_event_at_once_and_ends_on_its_last_frame(client_kind):
+    # CR alone ends lines (SSE standard). The parser kept a final CR back until the next byte,
+    # so an event waited for the server's next bytes, and the closing `sse.stream.end` was never
+    # read: the stream reconnected and met the session gone (404).
+    def frame(event_id: int, kind: str) -> bytes:
+        return f'event: message\rid: {event_id}\rdata: {{"type": "{kind}", "event_data": {{"i": {event_id}}}}}\r\r'.encode()
+
+    released, more_sent = threading.Event(), threading.Event()
+
+    def script(head: bytes) -> Iterator[bytes]:
+        if b"last-event-id" in head.lower():
+            yield b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+            return
+        yield SSE_HEAD + frame(1, "inference.result")
+        released.wait(10)  # the first event must not need these bytes
+        more_sent.set()
+        yield frame(2, "inference.result") + frame(3, "sse.stream.end")
+
+    def sync_body(c: Any) -> tuple[list[str], bool]:
+        with c.lens.sessions.stream("lsn-1") as stream:
+            first = next(stream)
+            early = not more_sent.is_set()
+            released.set()
+            return [first.id] + [e.id for e in stream], early
+
+    async def async_body(c: Any) -> tuple[list[str], bool]:
+        async with c.lens.sessions.stream("lsn-1") as stream:
+            first = await stream.__anext__()
+            early = not more_sent.is_set()
+            released.set()
+            return [first.id] + [e.id async for e in stream], early
+
+    with FakeServer(script) as server:
+        ids, early = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                            base_url=server.base_url, max_retries=0)
+        assert len(server.requests) == 1, "no reconnect after sse.stream.end"
+    assert ids == ["1", "2"]
+    assert early, "the first event waited for the server's next bytes"
