@@ -776,3 +776,41 @@ def test_a_cr_framed_stream_hands_out_each_event_at_once_and_ends_on_its_last_fr
         assert len(server.requests) == 1, "no reconnect after sse.stream.end"
     assert ids == ["1", "2"]
     assert early, "the first event waited for the server's next bytes"
+
+
+def test_a_failed_stream_keeps_failing_instead_of_looking_ended(client_kind):
+    # One event, then the connection closes and the session is gone (404 on reconnecting): every
+    # later read must raise again, never end as if the stream had finished.
+    def script(head: bytes) -> list[bytes]:
+        if b"last-event-id" in head.lower():
+            return [response(404, b'{"errors": [{"code": "session_not_found", "message": "Session was not found."}]}')]
+        return [SSE_HEAD + sse_frame('{"type": "inference.result", "event_data": {"i": 1}}', 1)]
+
+    def sync_body(c: Any) -> tuple[list[Any], list[str]]:
+        failures = []
+        with c.lens.sessions.stream("lsn-1") as stream:
+            got = [next(stream).id]
+            for _ in range(3):
+                with pytest.raises(NotFoundError):
+                    next(stream)
+                failures.append(stream.last_event_id)
+            with pytest.raises(NotFoundError):
+                got += [e.id for e in stream]
+        return got, failures
+
+    async def async_body(c: Any) -> tuple[list[Any], list[str]]:
+        failures = []
+        async with c.lens.sessions.stream("lsn-1") as stream:
+            got = [(await stream.__anext__()).id]
+            for _ in range(3):
+                with pytest.raises(NotFoundError):
+                    await stream.__anext__()
+                failures.append(stream.last_event_id)
+            with pytest.raises(NotFoundError):
+                got += [e.id async for e in stream]
+        return got, failures
+
+    with FakeServer(script) as server:
+        got, failures = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                               base_url=server.base_url, max_retries=0)
+    assert got == ["1"] and failures == ["1", "1", "1"]

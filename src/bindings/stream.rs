@@ -80,6 +80,9 @@ pub struct EventFeed {
     task: parking_lot::Mutex<Option<JoinHandle<()>>>,
     /// Set when the reading task panicked, so its end is not mistaken for the stream's.
     panicked: Arc<parking_lot::Mutex<Option<String>>>,
+    /// The error that ended the stream, raised again by every later `take_into`: the channel
+    /// closing after it must not read as the stream's end.
+    failed: parking_lot::Mutex<Option<PyErr>>,
 }
 
 impl EventFeed {
@@ -107,6 +110,7 @@ impl EventFeed {
             held: Held::default(),
             task: parking_lot::Mutex::new(Some(task)),
             panicked,
+            failed: parking_lot::Mutex::new(None),
         })
     }
 }
@@ -138,8 +142,12 @@ impl EventFeed {
     /// holds, last event first (Python pops them from the end). With the GIL held and no Python
     /// code in between, so no Ctrl-C can land between taking a batch and storing it. Returns
     /// `True` once the stream has ended, `False` when events were moved, `None` when nothing has
-    /// arrived (then `wait`); raises the error that ended the stream.
+    /// arrived (then `wait`); raises the error that ended the stream, on this call and every
+    /// later one.
     fn take_into(&self, py: Python<'_>, events: &Bound<'_, PyList>) -> PyResult<Option<bool>> {
+        if let Some(error) = self.failed.lock().as_ref() {
+            return Err(error.clone_ref(py));
+        }
         let held = self.held.lock().take();
         let next = match held {
             Some(next) => next,
@@ -163,7 +171,11 @@ impl EventFeed {
                 events.set_slice(0, 0, PyList::new(py, items)?.as_any())?;
                 Ok(Some(false))
             }
-            Some(Err(e)) => Err(to_pyerr(py, e)),
+            Some(Err(e)) => {
+                let error = to_pyerr(py, e);
+                *self.failed.lock() = Some(error.clone_ref(py));
+                Err(error)
+            }
             None => match self.panicked.lock().clone() {
                 // The reading task's end is not the stream's.
                 Some(detail) => Err(internal_error("stream", &detail)),

@@ -198,8 +198,10 @@ class Sessions(Resource):
         (``Last-Event-ID``), so nothing is lost or repeated; the iteration ends when the session
         ends (``sse.stream.end``). Heartbeats are hidden unless ``heartbeats=True``.
         ``stream.last_event_id`` is the id of the last event handed out: pass it as
-        ``last_event_id`` to continue in another process. A context manager (closing it stops
-        reading); an async iterator on ``AsyncClient``.
+        ``last_event_id`` to continue in another process. A stream that fails (its reconnects
+        run out, or the session is gone) raises on that read and on every later one, never
+        ending as if the session had. A context manager (closing it stops reading); an async
+        iterator on ``AsyncClient``.
 
         >>> with client.lens.sessions.stream(sid) as events:  # doctest: +SKIP
         ...     for event in events:
