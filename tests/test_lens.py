@@ -814,3 +814,18 @@ def test_a_failed_stream_keeps_failing_instead_of_looking_ended(client_kind):
         got, failures = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
                                base_url=server.base_url, max_retries=0)
     assert got == ["1"] and failures == ["1", "1", "1"]
+
+
+def test_stream_events_pickle_copy_and_compare_by_value(emu):
+    import copy
+
+    session_id = running_session(emu, "sync", [NOOP, SSE])
+    feed(emu, session_id, 2)
+    events, _ = read(emu, "sync", session_id, stop_after=2)
+    again, _ = read(emu, "sync", session_id, stop_after=2)
+    event = events[0]
+    for twin in (pickle.loads(pickle.dumps(event)), copy.copy(event), copy.deepcopy(event), again[0]):
+        assert twin == event and hash(twin) == hash(event) and twin is not event
+        assert (twin.id, twin.type, twin.event_data, twin.data) == (event.id, event.type, event.event_data, event.data)
+    assert events[1] != event and event != event.to_dict()
+    assert event.to_dict() == {"id": event.id, "type": "inference.result", "event_data": {"i": 0}}

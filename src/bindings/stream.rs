@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use futures_util::FutureExt;
 
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyDict, PyList};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinHandle;
@@ -62,8 +62,42 @@ impl StreamEvent {
         &self.event.data
     }
 
+    /// `{id, type, event_data}`; the frame's whole `data` text is `data`.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        out.set_item("id", &self.event.id)?;
+        out.set_item("type", &self.event.kind)?;
+        out.set_item("event_data", self.event_data(py)?)?;
+        Ok(out)
+    }
+
     fn __repr__(&self) -> String {
         format!("StreamEvent(id={:?}, type={:?})", self.event.id, self.event.kind)
+    }
+
+    /// Two events are equal when their id, type and data are.
+    fn __eq__(&self, other: &Bound<'_, StreamEvent>) -> bool {
+        self.event == other.get().event
+    }
+
+    fn __hash__(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (&self.event.id, &self.event.kind, &self.event.data).hash(&mut hasher);
+        hasher.finish()
+    }
+
+    /// Pickles (and copies) as its id, type and data text; an event holds no credential.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (String, String, String))> {
+        let event = &slf.get().event;
+        let rebuild = slf.get_type().getattr("_from_parts")?;
+        Ok((rebuild, (event.id.clone(), event.kind.clone(), event.data.clone())))
+    }
+
+    /// The event again from what `__reduce__` gave.
+    #[staticmethod]
+    fn _from_parts(id: String, kind: String, data: String) -> Self {
+        StreamEvent { event: Event::from_parts(id, kind, data), decoded: OnceLock::new() }
     }
 }
 

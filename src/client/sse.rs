@@ -50,6 +50,13 @@ pub struct StreamEvent {
 }
 
 impl StreamEvent {
+    /// An event from its id, type and `data` text (how a pickled event comes back): `event_data`
+    /// is found in `data` again.
+    pub fn from_parts(id: String, kind: String, data: String) -> StreamEvent {
+        let event_data_at = frame_of(&data).ok().and_then(|(_, at)| at);
+        StreamEvent { id, kind, event_data_at, data }
+    }
+
     /// The JSON text of `event_data`, when the frame has one.
     pub fn event_data(&self) -> Option<&str> {
         self.event_data_at.clone().and_then(|range| self.data.get(range))
@@ -76,17 +83,21 @@ struct Frame<'a> {
     event_data: Option<&'a RawValue>,
 }
 
-fn to_event(event: Event) -> StreamEvent {
-    let parsed = serde_json::from_str::<Frame<'_>>(&event.data).map(|frame| {
-        let base = event.data.as_ptr() as usize;
+/// The `type` of a frame's `data` object, and where its `event_data` sits in `data`.
+fn frame_of(data: &str) -> Result<(Option<String>, Option<std::ops::Range<usize>>), serde_json::Error> {
+    serde_json::from_str::<Frame<'_>>(data).map(|frame| {
+        let base = data.as_ptr() as usize;
         // A borrowed RawValue is a slice of `data`, so its offset is a pointer difference.
         let at = frame.event_data.and_then(|raw| {
             let start = (raw.get().as_ptr() as usize).checked_sub(base)?;
             Some(start..start + raw.get().len())
         });
         (frame.kind.map(|k| k.into_owned()), at)
-    });
-    match parsed {
+    })
+}
+
+fn to_event(event: Event) -> StreamEvent {
+    match frame_of(&event.data) {
         Ok((kind, event_data_at)) => {
             StreamEvent { id: event.id, kind: kind.unwrap_or(event.event), event_data_at, data: event.data }
         }
