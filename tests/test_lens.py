@@ -829,3 +829,28 @@ def test_stream_events_pickle_copy_and_compare_by_value(emu):
         assert (twin.id, twin.type, twin.event_data, twin.data) == (event.id, event.type, event.event_data, event.data)
     assert events[1] != event and event != event.to_dict()
     assert event.to_dict() == {"id": event.id, "type": "inference.result", "event_data": {"i": 0}}
+
+
+def test_a_csv_input_stream_window_beyond_the_file_is_refused(emu, client_kind):
+    # window_size 2**64-1 overflowed the emulator's window arithmetic and killed the socket.
+    with emu.client() as client:
+        client.files.upload_base64("small.csv", b"time,x\n1,1\n2,2\n3,3\n")
+    session_id = running_session(emu, client_kind, [NOOP])
+    config = {"file_id": "small.csv", "window_size": 2**64 - 1, "step_size": 1}
+
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect(session_id) as socket:
+            with pytest.raises(LensEventError) as refused:
+                socket.set_input_stream("csv_file_reader", config)
+            return refused.value, socket.status()
+
+    async def async_body(c: Any) -> Any:
+        async with c.lens.sessions.connect(session_id) as socket:
+            with pytest.raises(LensEventError) as refused:
+                await socket.set_input_stream("csv_file_reader", config)
+            return refused.value, await socket.status()
+
+    refused, status = on(emu, client_kind, sync_body if client_kind == "sync" else async_body)
+    assert refused.error_messages == [f"stream_config.window_size {2**64 - 1} is larger than the 3 rows of "
+                                      "'small.csv': no window can be filled."]
+    assert status.status == "running"
