@@ -21,7 +21,8 @@ import pytest
 
 from _fake_server import FakeServer, response
 from _helpers import header, run_on
-from sensorium.errors import APITimeoutError, InvalidArgumentError, LensEventError, NotFoundError, WaitTimeoutError
+from sensorium.errors import (APIConnectionError, APITimeoutError, InvalidArgumentError, LensEventError, NotFoundError,
+                              WaitTimeoutError)
 from sensorium.testing import Emulator
 from sensorium.types import Lens, LensSession, StreamEvent
 
@@ -854,3 +855,33 @@ def test_a_csv_input_stream_window_beyond_the_file_is_refused(emu, client_kind):
     assert refused.error_messages == [f"stream_config.window_size {2**64 - 1} is larger than the 3 rows of "
                                       "'small.csv': no window can be filled."]
     assert status.status == "running"
+
+
+def test_socket_errors_name_the_argument_the_position_and_who_closed_it(emu, client_kind):
+    import numpy as np
+
+    session_id = running_session(emu, client_kind, [NOOP])
+    window = np.array([[1.0, np.nan]])  # one channel, given 2-D
+
+    def sync_body(c: Any) -> Any:
+        socket = c.lens.sessions.connect(session_id)
+        with pytest.raises(InvalidArgumentError) as bad:
+            socket.update(window)
+        socket.close()
+        with pytest.raises(APIConnectionError) as closed:
+            socket.status()
+        return bad.value, closed.value
+
+    async def async_body(c: Any) -> Any:
+        socket = await c.lens.sessions.connect(session_id)
+        with pytest.raises(InvalidArgumentError) as bad:
+            await socket.update(window)
+        await socket.close()
+        with pytest.raises(APIConnectionError) as closed:
+            await socket.status()
+        return bad.value, closed.value
+
+    bad, closed = on(emu, client_kind, sync_body if client_kind == "sync" else async_body)
+    assert bad.argument == "event" and str(bad).startswith("event: holds a NaN")
+    assert "channel 0, index 1" in str(bad)
+    assert "closed by the caller" in str(closed) and "server" not in str(closed)

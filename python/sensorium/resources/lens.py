@@ -431,7 +431,7 @@ def _input_event(event: Any) -> Any:
         return dict(event)
     if isinstance(event, NumericEvent):
         return event
-    return NumericEvent(as_channels(event, "event"))
+    return NumericEvent._from_array(as_channels(event, "event"), "event")
 
 
 class SessionSocket:
