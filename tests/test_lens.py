@@ -19,9 +19,10 @@ from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
-from _fake_server import FakeServer
+from _fake_server import FakeServer, response
 from _helpers import header, run_on
-from sensorium.errors import APITimeoutError, InvalidArgumentError, LensEventError, NotFoundError, WaitTimeoutError
+from sensorium.errors import (APIConnectionError, APITimeoutError, InvalidArgumentError, LensEventError, NotFoundError,
+                              WaitTimeoutError)
 from sensorium.testing import Emulator
 from sensorium.types import Lens, LensSession, StreamEvent
 
@@ -110,8 +111,6 @@ def fake_session_socket(handler: Callable[[Any], None]) -> Iterator[str]:
     """A WebSocket server running ``handler(ws)`` per connection, behind a REST fake whose session
     record (any id) points at it; yields the REST base URL."""
     from websockets.sync.server import serve
-
-    from _fake_server import response
 
     with serve(handler, "127.0.0.1", 0) as ws_server:
         threading.Thread(target=ws_server.serve_forever, daemon=True).start()
@@ -677,3 +676,212 @@ def test_modify_a_running_session_over_the_socket(emu, client_kind):
     assert answer["is_valid"] is True
     assert answer["outputs"][0]["event_data"]["lens_config"]["model_parameters"] == {"threshold": 0.5}
     assert on(emu, client_kind, lambda c: c.lens.sessions.info(session_id)).num_updates == 1
+
+
+def test_a_ctrl_c_at_any_point_of_taking_the_next_event_loses_and_repeats_nothing(emu, client_kind):
+    """CPython runs a signal handler (Ctrl-C's KeyboardInterrupt) at a function's start and right
+    after a call into C returns. A profile function sees exactly those points (``call``,
+    ``c_return``) and raises there, one point further into each attempt, until the attempt gets
+    its event: every event must come once, and ``last_event_id`` after an interrupted attempt
+    must still name the last event received (``pop()`` then setting it lost an event)."""
+    import sensorium.resources.lens as lens_module
+
+    session_id = running_session(emu, client_kind, [NOOP, SSE])
+    feed(emu, session_id, 12)  # as many spare as can be lost: the stream must not run dry
+    ours = lens_module.__file__
+
+    def interrupting_at(target: int) -> Callable[..., None]:
+        points = iter(range(target + 1))
+
+        def profile(frame: Any, event: str, _arg: Any) -> None:
+            if frame.f_code.co_filename == ours and event in ("call", "c_return") and next(points, None) == target:
+                raise KeyboardInterrupt
+        return profile
+
+    def sync_body(c: Any) -> tuple[list[int], int]:
+        got: list[int] = []
+        interrupts = target = 0
+        with c.lens.sessions.stream(session_id) as stream:
+            while len(got) < 6:
+                sys.setprofile(interrupting_at(target))
+                try:
+                    event = next(stream)
+                except KeyboardInterrupt:
+                    assert stream.last_event_id == (event.id if got else None)
+                    interrupts, target = interrupts + 1, target + 1
+                    continue
+                finally:
+                    sys.setprofile(None)
+                got.append(event.event_data["i"])
+                target = 0
+        return got, interrupts
+
+    async def async_body(c: Any) -> tuple[list[int], int]:
+        got: list[int] = []
+        interrupts = target = 0
+        async with c.lens.sessions.stream(session_id) as stream:
+            while len(got) < 6:
+                sys.setprofile(interrupting_at(target))
+                try:
+                    event = await stream.__anext__()
+                except KeyboardInterrupt:
+                    assert stream.last_event_id == (event.id if got else None)
+                    interrupts, target = interrupts + 1, target + 1
+                    continue
+                finally:
+                    sys.setprofile(None)
+                got.append(event.event_data["i"])
+                target = 0
+        return got, interrupts
+
+    got, interrupts = on(emu, client_kind, sync_body if client_kind == "sync" else async_body)
+    assert got == list(range(6))
+    assert interrupts >= 6  # at least one per event
+
+
+def test_a_cr_framed_stream_hands_out_each_event_at_once_and_ends_on_its_last_frame(client_kind):
+    # CR alone ends lines (SSE standard). The parser kept a final CR back until the next byte,
+    # so an event waited for the server's next bytes, and the closing `sse.stream.end` was never
+    # read: the stream reconnected and met the session gone (404).
+    def frame(event_id: int, kind: str) -> bytes:
+        return f'event: message\rid: {event_id}\rdata: {{"type": "{kind}", "event_data": {{"i": {event_id}}}}}\r\r'.encode()
+
+    released, more_sent = threading.Event(), threading.Event()
+
+    def script(head: bytes) -> Iterator[bytes]:
+        if b"last-event-id" in head.lower():
+            yield b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+            return
+        yield SSE_HEAD + frame(1, "inference.result")
+        released.wait(10)  # the first event must not need these bytes
+        more_sent.set()
+        yield frame(2, "inference.result") + frame(3, "sse.stream.end")
+
+    def sync_body(c: Any) -> tuple[list[str], bool]:
+        with c.lens.sessions.stream("lsn-1") as stream:
+            first = next(stream)
+            early = not more_sent.is_set()
+            released.set()
+            return [first.id] + [e.id for e in stream], early
+
+    async def async_body(c: Any) -> tuple[list[str], bool]:
+        async with c.lens.sessions.stream("lsn-1") as stream:
+            first = await stream.__anext__()
+            early = not more_sent.is_set()
+            released.set()
+            return [first.id] + [e.id async for e in stream], early
+
+    with FakeServer(script) as server:
+        ids, early = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                            base_url=server.base_url, max_retries=0)
+        assert len(server.requests) == 1, "no reconnect after sse.stream.end"
+    assert ids == ["1", "2"]
+    assert early, "the first event waited for the server's next bytes"
+
+
+def test_a_failed_stream_keeps_failing_instead_of_looking_ended(client_kind):
+    # One event, then the connection closes and the session is gone (404 on reconnecting): every
+    # later read must raise again, never end as if the stream had finished.
+    def script(head: bytes) -> list[bytes]:
+        if b"last-event-id" in head.lower():
+            return [response(404, b'{"errors": [{"code": "session_not_found", "message": "Session was not found."}]}')]
+        return [SSE_HEAD + sse_frame('{"type": "inference.result", "event_data": {"i": 1}}', 1)]
+
+    def sync_body(c: Any) -> tuple[list[Any], list[str]]:
+        failures = []
+        with c.lens.sessions.stream("lsn-1") as stream:
+            got = [next(stream).id]
+            for _ in range(3):
+                with pytest.raises(NotFoundError):
+                    next(stream)
+                failures.append(stream.last_event_id)
+            with pytest.raises(NotFoundError):
+                got += [e.id for e in stream]
+        return got, failures
+
+    async def async_body(c: Any) -> tuple[list[Any], list[str]]:
+        failures = []
+        async with c.lens.sessions.stream("lsn-1") as stream:
+            got = [(await stream.__anext__()).id]
+            for _ in range(3):
+                with pytest.raises(NotFoundError):
+                    await stream.__anext__()
+                failures.append(stream.last_event_id)
+            with pytest.raises(NotFoundError):
+                got += [e.id async for e in stream]
+        return got, failures
+
+    with FakeServer(script) as server:
+        got, failures = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                               base_url=server.base_url, max_retries=0)
+    assert got == ["1"] and failures == ["1", "1", "1"]
+
+
+def test_stream_events_pickle_copy_and_compare_by_value(emu):
+    import copy
+
+    session_id = running_session(emu, "sync", [NOOP, SSE])
+    feed(emu, session_id, 2)
+    events, _ = read(emu, "sync", session_id, stop_after=2)
+    again, _ = read(emu, "sync", session_id, stop_after=2)
+    event = events[0]
+    for twin in (pickle.loads(pickle.dumps(event)), copy.copy(event), copy.deepcopy(event), again[0]):
+        assert twin == event and hash(twin) == hash(event) and twin is not event
+        assert (twin.id, twin.type, twin.event_data, twin.data) == (event.id, event.type, event.event_data, event.data)
+    assert events[1] != event and event != event.to_dict()
+    assert event.to_dict() == {"id": event.id, "type": "inference.result", "event_data": {"i": 0}}
+
+
+def test_a_csv_input_stream_window_beyond_the_file_is_refused(emu, client_kind):
+    # window_size 2**64-1 overflowed the emulator's window arithmetic and killed the socket.
+    with emu.client() as client:
+        client.files.upload_base64("small.csv", b"time,x\n1,1\n2,2\n3,3\n")
+    session_id = running_session(emu, client_kind, [NOOP])
+    config = {"file_id": "small.csv", "window_size": 2**64 - 1, "step_size": 1}
+
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect(session_id) as socket:
+            with pytest.raises(LensEventError) as refused:
+                socket.set_input_stream("csv_file_reader", config)
+            return refused.value, socket.status()
+
+    async def async_body(c: Any) -> Any:
+        async with c.lens.sessions.connect(session_id) as socket:
+            with pytest.raises(LensEventError) as refused:
+                await socket.set_input_stream("csv_file_reader", config)
+            return refused.value, await socket.status()
+
+    refused, status = on(emu, client_kind, sync_body if client_kind == "sync" else async_body)
+    assert refused.error_messages == [f"stream_config.window_size {2**64 - 1} is larger than the 3 rows of "
+                                      "'small.csv': no window can be filled."]
+    assert status.status == "running"
+
+
+def test_socket_errors_name_the_argument_the_position_and_who_closed_it(emu, client_kind):
+    import numpy as np
+
+    session_id = running_session(emu, client_kind, [NOOP])
+    window = np.array([[1.0, np.nan]])  # one channel, given 2-D
+
+    def sync_body(c: Any) -> Any:
+        socket = c.lens.sessions.connect(session_id)
+        with pytest.raises(InvalidArgumentError) as bad:
+            socket.update(window)
+        socket.close()
+        with pytest.raises(APIConnectionError) as closed:
+            socket.status()
+        return bad.value, closed.value
+
+    async def async_body(c: Any) -> Any:
+        socket = await c.lens.sessions.connect(session_id)
+        with pytest.raises(InvalidArgumentError) as bad:
+            await socket.update(window)
+        await socket.close()
+        with pytest.raises(APIConnectionError) as closed:
+            await socket.status()
+        return bad.value, closed.value
+
+    bad, closed = on(emu, client_kind, sync_body if client_kind == "sync" else async_body)
+    assert bad.argument == "event" and str(bad).startswith("event: holds a NaN")
+    assert "channel 0, index 1" in str(bad)
+    assert "closed by the caller" in str(closed) and "server" not in str(closed)

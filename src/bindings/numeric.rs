@@ -110,7 +110,7 @@ fn written(obj: &Bound<'_, PyAny>, arg: &str, wrap: Wrap<'_>, per_channel: bool)
                 let typed = obj.cast::<PyArrayDyn<$t>>().map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
                 let readonly = typed.try_readonly().map_err(|e| Error::invalid_argument(arg, e.to_string()))?;
                 let view = as_2d(readonly.as_array(), arg)?;
-                return write_view(view, arg, wrap, $write, per_channel);
+                return write_view(view, arg, wrap, $write, per_channel, shape.len() == 1);
             }
         };
     }
@@ -167,24 +167,26 @@ fn write_view<T: Copy>(
     wrap: Wrap<'_>,
     write: impl Fn(&mut Vec<u8>, T) -> bool + Copy,
     per_channel: bool,
+    flat: bool,
 ) -> Result<Written, Error> {
     let (channels, window) = view.dim();
     let bodies = if per_channel {
         (0..channels)
-            .map(|c| write_channels(view.slice(s![c..c + 1, ..]), c, channels, arg, wrap, write))
+            .map(|c| write_channels(view.slice(s![c..c + 1, ..]), c, flat, arg, wrap, write))
             .collect::<Result<_, _>>()?
     } else {
-        vec![write_channels(view, 0, channels, arg, wrap, write)?]
+        vec![write_channels(view, 0, flat, arg, wrap, write)?]
     };
     Ok(Written { bodies, channels, window })
 }
 
-/// Writes the channels of `view`, which are channels `first..` of a window of `of_channels`
-/// (the count error messages go by).
+/// Writes the channels of `view`, which are channels `first..` of a window; `flat` when the
+/// caller gave it 1-D, so error messages name a position as the caller's array has it (an
+/// index, or a channel and an index).
 fn write_channels<T: Copy>(
     view: ArrayView2<'_, T>,
     first: usize,
-    of_channels: usize,
+    flat: bool,
     arg: &str,
     wrap: Wrap<'_>,
     write: impl Fn(&mut Vec<u8>, T) -> bool + Copy,
@@ -216,7 +218,7 @@ fn write_channels<T: Copy>(
                 out.push(b',');
             }
             if !write(&mut out, *value) {
-                let what = if of_channels == 1 { format!("index {i}") } else { format!("channel {}, index {i}", first + c) };
+                let what = if flat { format!("index {i}") } else { format!("channel {}, index {i}", first + c) };
                 return Err(Error::invalid_argument(
                     arg,
                     format!("holds a NaN or infinite value at {what}; the platform accepts finite numbers only"),

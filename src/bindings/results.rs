@@ -210,7 +210,14 @@ pub struct NumericEvent {
 impl NumericEvent {
     #[new]
     fn py_new(array: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let payload = super::numeric::channels_json(array, "array")
+        Self::_from_array(array, "array")
+    }
+
+    /// The event of `array`, whose errors name it `argument` (the caller's own parameter, such
+    /// as `update`'s `event`).
+    #[staticmethod]
+    fn _from_array(array: &Bound<'_, PyAny>, argument: &str) -> PyResult<Self> {
+        let payload = super::numeric::channels_json(array, argument)
             .map_err(|e| super::errors::to_pyerr(array.py(), e))?;
         Ok(NumericEvent::from_channels(payload))
     }

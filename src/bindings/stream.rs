@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use futures_util::FutureExt;
 
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyDict, PyList};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinHandle;
@@ -62,8 +62,42 @@ impl StreamEvent {
         &self.event.data
     }
 
+    /// `{id, type, event_data}`; the frame's whole `data` text is `data`.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        out.set_item("id", &self.event.id)?;
+        out.set_item("type", &self.event.kind)?;
+        out.set_item("event_data", self.event_data(py)?)?;
+        Ok(out)
+    }
+
     fn __repr__(&self) -> String {
         format!("StreamEvent(id={:?}, type={:?})", self.event.id, self.event.kind)
+    }
+
+    /// Two events are equal when their id, type and data are.
+    fn __eq__(&self, other: &Bound<'_, StreamEvent>) -> bool {
+        self.event == other.get().event
+    }
+
+    fn __hash__(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (&self.event.id, &self.event.kind, &self.event.data).hash(&mut hasher);
+        hasher.finish()
+    }
+
+    /// Pickles (and copies) as its id, type and data text; an event holds no credential.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (String, String, String))> {
+        let event = &slf.get().event;
+        let rebuild = slf.get_type().getattr("_from_parts")?;
+        Ok((rebuild, (event.id.clone(), event.kind.clone(), event.data.clone())))
+    }
+
+    /// The event again from what `__reduce__` gave.
+    #[staticmethod]
+    fn _from_parts(id: String, kind: String, data: String) -> Self {
+        StreamEvent { event: Event::from_parts(id, kind, data), decoded: OnceLock::new() }
     }
 }
 
@@ -80,6 +114,9 @@ pub struct EventFeed {
     task: parking_lot::Mutex<Option<JoinHandle<()>>>,
     /// Set when the reading task panicked, so its end is not mistaken for the stream's.
     panicked: Arc<parking_lot::Mutex<Option<String>>>,
+    /// The error that ended the stream, raised again by every later `take_into`: the channel
+    /// closing after it must not read as the stream's end.
+    failed: parking_lot::Mutex<Option<PyErr>>,
 }
 
 impl EventFeed {
@@ -107,6 +144,7 @@ impl EventFeed {
             held: Held::default(),
             task: parking_lot::Mutex::new(Some(task)),
             panicked,
+            failed: parking_lot::Mutex::new(None),
         })
     }
 }
@@ -138,8 +176,12 @@ impl EventFeed {
     /// holds, last event first (Python pops them from the end). With the GIL held and no Python
     /// code in between, so no Ctrl-C can land between taking a batch and storing it. Returns
     /// `True` once the stream has ended, `False` when events were moved, `None` when nothing has
-    /// arrived (then `wait`); raises the error that ended the stream.
+    /// arrived (then `wait`); raises the error that ended the stream, on this call and every
+    /// later one.
     fn take_into(&self, py: Python<'_>, events: &Bound<'_, PyList>) -> PyResult<Option<bool>> {
+        if let Some(error) = self.failed.lock().as_ref() {
+            return Err(error.clone_ref(py));
+        }
         let held = self.held.lock().take();
         let next = match held {
             Some(next) => next,
@@ -163,7 +205,11 @@ impl EventFeed {
                 events.set_slice(0, 0, PyList::new(py, items)?.as_any())?;
                 Ok(Some(false))
             }
-            Some(Err(e)) => Err(to_pyerr(py, e)),
+            Some(Err(e)) => {
+                let error = to_pyerr(py, e);
+                *self.failed.lock() = Some(error.clone_ref(py));
+                Err(error)
+            }
             None => match self.panicked.lock().clone() {
                 // The reading task's end is not the stream's.
                 Some(detail) => Err(internal_error("stream", &detail)),

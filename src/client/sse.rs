@@ -25,7 +25,8 @@ pub const STREAM_HEARTBEAT: &str = "sse.stream.heartbeat";
 pub const STREAM_END: &str = "sse.stream.end";
 
 /// Reconnects in a row without receiving an event before the feed gives up. The count starts
-/// over whenever an event arrives, so a long stream that drops now and then never runs out.
+/// over whenever an event is handed out (not the start frame or a hidden heartbeat), so a long
+/// stream that drops now and then never runs out.
 pub const MAX_RECONNECTS: u32 = 8;
 
 /// Events per batch handed to the reader: large enough that the channel hop is amortised, small
@@ -49,6 +50,13 @@ pub struct StreamEvent {
 }
 
 impl StreamEvent {
+    /// An event from its id, type and `data` text (how a pickled event comes back): `event_data`
+    /// is found in `data` again.
+    pub fn from_parts(id: String, kind: String, data: String) -> StreamEvent {
+        let event_data_at = frame_of(&data).ok().and_then(|(_, at)| at);
+        StreamEvent { id, kind, event_data_at, data }
+    }
+
     /// The JSON text of `event_data`, when the frame has one.
     pub fn event_data(&self) -> Option<&str> {
         self.event_data_at.clone().and_then(|range| self.data.get(range))
@@ -75,17 +83,21 @@ struct Frame<'a> {
     event_data: Option<&'a RawValue>,
 }
 
-fn to_event(event: Event) -> StreamEvent {
-    let parsed = serde_json::from_str::<Frame<'_>>(&event.data).map(|frame| {
-        let base = event.data.as_ptr() as usize;
+/// The `type` of a frame's `data` object, and where its `event_data` sits in `data`.
+fn frame_of(data: &str) -> Result<(Option<String>, Option<std::ops::Range<usize>>), serde_json::Error> {
+    serde_json::from_str::<Frame<'_>>(data).map(|frame| {
+        let base = data.as_ptr() as usize;
         // A borrowed RawValue is a slice of `data`, so its offset is a pointer difference.
         let at = frame.event_data.and_then(|raw| {
             let start = (raw.get().as_ptr() as usize).checked_sub(base)?;
             Some(start..start + raw.get().len())
         });
         (frame.kind.map(|k| k.into_owned()), at)
-    });
-    match parsed {
+    })
+}
+
+fn to_event(event: Event) -> StreamEvent {
+    match frame_of(&event.data) {
         Ok((kind, event_data_at)) => {
             StreamEvent { id: event.id, kind: kind.unwrap_or(event.event), event_data_at, data: event.data }
         }
@@ -97,7 +109,8 @@ fn to_event(event: Event) -> StreamEvent {
 enum Ended {
     /// `sse.stream.end` arrived: the stream is over.
     Graceful,
-    /// The connection closed, broke or stalled; `received` says whether any event came first.
+    /// The connection closed, broke or stalled; `received` says whether it handed out an event
+    /// first (the protocol's own frames and a replayed event do not count).
     Lost { reason: String, received: bool },
     /// The reader went away.
     Abandoned,
@@ -121,11 +134,7 @@ pub async fn pump(transport: &Transport, path: &str, options: StreamOptions, tx:
         // The transport applies the retry rule to the connect itself (429, 5xx, refused).
         let ended = match transport.execute(&call, |response| async move { Ok(response) }).await {
             Ok(response) => {
-                let chunks = response.bytes_stream().map(|chunk| chunk.map(slices));
-                let events = EventStream::new(chunks.flat_map(|slices| match slices {
-                    Ok(parts) => futures_util::stream::iter(parts.into_iter().map(Ok)).left_stream(),
-                    Err(e) => futures_util::stream::iter(vec![Err(e)]).right_stream(),
-                }));
+                let events = frames(response.bytes_stream());
                 read(events, &options, &mut last_id, &mut server_retry, transport.config.timeouts.read, &tx).await
             }
             // A 4xx (unknown session, bad key) will not change by reconnecting.
@@ -140,10 +149,16 @@ pub async fn pump(transport: &Transport, path: &str, options: StreamOptions, tx:
             Ended::Lost { reason, received } => {
                 failures = if received { 1 } else { failures + 1 };
                 if failures > MAX_RECONNECTS {
+                    // With no event id yet there is no place to resume from, only the start.
+                    let resume = match &last_id {
+                        Some(id) => format!("resume later with last_event_id={id:?}"),
+                        None => "no event came, so start the stream again from the beginning \
+                                 (without last_event_id)"
+                            .to_string(),
+                    };
                     let message = format!(
                         "the event stream was lost and {MAX_RECONNECTS} reconnects in a row brought no event \
-                         (last: {reason}); resume later with last_event_id={:?}",
-                        last_id.as_deref().unwrap_or("")
+                         (last: {reason}); {resume}"
                     );
                     let _ = tx.send(Err(Error::Connection { message })).await;
                     return;
@@ -160,6 +175,36 @@ pub async fn pump(transport: &Transport, path: &str, options: StreamOptions, tx:
             }
         }
     }
+}
+
+/// The events of one connection's body, parsed by `eventsource-stream2` from views of at most
+/// `PARSE_SLICE` bytes. A chunk that ends in CR is followed by an LF of our own, and an LF that
+/// then opens the next chunk is dropped: the parser keeps a final CR back until the next byte
+/// shows whether it is a CRLF, so a CR-framed event would wait for the server's next bytes (and
+/// the last one, `sse.stream.end` included, would never come when the body ends there). A CR
+/// ends the line either way; only whether an LF after it is the same line end was open, and
+/// that is settled here as the standard's CRLF rule settles it.
+fn frames<S, E>(chunks: S) -> EventStream<impl Stream<Item = Result<Bytes, E>> + Unpin>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+{
+    let mut after_cr = false;
+    EventStream::new(chunks.flat_map(move |chunk| match chunk {
+        Ok(mut chunk) => {
+            if !chunk.is_empty() {
+                if after_cr && chunk[0] == b'\n' {
+                    chunk = chunk.slice(1..);
+                }
+                after_cr = chunk.last() == Some(&b'\r');
+            }
+            let mut parts = slices(chunk);
+            if after_cr && !parts.is_empty() {
+                parts.push(Bytes::from_static(b"\n"));
+            }
+            futures_util::stream::iter(parts.into_iter().map(Ok)).left_stream()
+        }
+        Err(e) => futures_util::stream::iter(vec![Err(e)]).right_stream(),
+    }))
 }
 
 /// `chunk` as views of at most `PARSE_SLICE` bytes.
@@ -225,13 +270,16 @@ where
                         *last_id = Some(event.id.clone());
                         replayed
                     };
-                    received = true;
                     if event.kind == STREAM_END {
                         ended = Some(Ended::Graceful);
                         break;
                     }
                     let hidden = event.kind == STREAM_START || (event.kind == STREAM_HEARTBEAT && !options.heartbeats);
                     if !repeated && !hidden {
+                        // Only an event handed out is progress: a server that sends its start
+                        // frame (or heartbeats) and closes must run out the reconnects, with
+                        // backoff, rather than be reconnected to at once for ever.
+                        received = true;
                         batch.push(event);
                     }
                 }
@@ -262,7 +310,7 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(16);
         let mut last = options.last_event_id.clone();
         let mut retry = None;
-        read(EventStream::new(stream), &options, &mut last, &mut retry, Duration::from_secs(5), &tx).await;
+        read(frames(stream), &options, &mut last, &mut retry, Duration::from_secs(5), &tx).await;
         drop(tx);
         let mut out = Vec::new();
         while let Some(Ok(batch)) = rx.recv().await {
@@ -348,6 +396,152 @@ mod tests {
         // after, as the SSE standard carries the last event id across reconnects.
         let (events, _) = parse(vec![b"data: {\"type\": \"next\"}\n\n"], options).await;
         assert_eq!((events[0].id.as_str(), events[0].kind.as_str()), ("7", "next"));
+    }
+
+    #[tokio::test]
+    async fn a_cr_framed_event_is_handed_out_without_waiting_for_the_next_byte() {
+        let head: Vec<std::io::Result<Bytes>> = vec![Ok(Bytes::from_static(b"id: 1\rdata: {\"type\": \"a\"}\r\r"))];
+        // The server then sends nothing more for now.
+        let mut events = frames(futures_util::stream::iter(head).chain(futures_util::stream::pending()));
+        let first = events.next().now_or_never();
+        assert!(matches!(&first, Some(Some(Ok(event))) if event.id == "1"), "{first:?}");
+    }
+
+    #[tokio::test]
+    async fn an_lf_after_a_cr_that_ended_a_chunk_is_the_same_line_end() {
+        // CRLF split across chunks, alone or with an empty chunk between, is one line end: the
+        // event is one event with two data lines, not two events.
+        for chunks in [
+            vec![&b"data: a\r"[..], b"\ndata: b\r\n\r", b"\n"],
+            vec![b"data: a\r", b"", b"\n", b"data: b\r", b"\r", b"\n"],
+        ] {
+            let (events, _) = parse(chunks, StreamOptions::default()).await;
+            let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
+            assert_eq!(data, ["a\nb"]);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_last_frame_of_a_cr_framed_body_is_read_before_it_closes() {
+        let chunks: Vec<&'static [u8]> = vec![
+            b"event: message\rid: 1\rdata: {\"type\": \"inference.result\"}\r\r",
+            b"event: message\rid: 2\rdata: {\"type\": \"sse.stream.end\"}\r\r",
+        ];
+        let stream = futures_util::stream::iter(chunks.into_iter().map(|c| Ok::<_, std::io::Error>(Bytes::from(c))));
+        let (tx, mut rx) = mpsc::channel(16);
+        let (mut last, mut retry) = (None, None);
+        let ended = read(frames(stream), &StreamOptions::default(), &mut last, &mut retry, Duration::from_secs(5), &tx).await;
+        assert!(matches!(ended, Ended::Graceful));
+        assert!(matches!(rx.try_recv(), Ok(Ok(batch)) if batch.len() == 1 && batch[0].id == "1"));
+        assert_eq!(last.as_deref(), Some("2"));
+    }
+
+    #[tokio::test]
+    async fn protocol_frames_alone_are_no_progress() {
+        let start_and_beat: &'static [u8] = b"id: 0\ndata: {\"type\": \"sse.stream.start\"}\n\n\
+            id: 0\ndata: {\"type\": \"sse.stream.heartbeat\"}\n\n";
+        let connection = |options: StreamOptions| async move {
+            let stream = futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(start_and_beat))]);
+            let (tx, _rx) = mpsc::channel(16);
+            let (mut last, mut retry) = (options.last_event_id.clone(), None);
+            read(frames(stream), &options, &mut last, &mut retry, Duration::from_secs(5), &tx).await
+        };
+        let received = |ended: Ended| match ended {
+            Ended::Lost { received, .. } => received,
+            _ => panic!("the connection closed, so it was lost"),
+        };
+        assert!(!received(connection(StreamOptions::default()).await));
+        // Heartbeats asked for are handed out, so they are progress.
+        assert!(received(connection(StreamOptions { heartbeats: true, ..Default::default() }).await));
+    }
+
+    /// A server on 127.0.0.1 that answers every request with `answer` and closes; and how many
+    /// requests it has had.
+    async fn answering(answer: &'static [u8]) -> (String, std::sync::Arc<std::sync::atomic::AtomicU32>) {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = std::sync::Arc::new(AtomicU32::new(0));
+        let counter = requests.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let (mut buf, mut seen) = (vec![0u8; 8192], Vec::new());
+                    while let Ok(n @ 1..) = socket.read(&mut buf).await {
+                        seen.extend_from_slice(&buf[..n]);
+                        if seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                            counter.fetch_add(1, Ordering::SeqCst);
+                            let _ = socket.write_all(answer).await;
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (format!("http://127.0.0.1:{port}/v0.5"), requests)
+    }
+
+    /// What `pump` sends for the stream at `base`, with a backoff of a millisecond.
+    async fn pumped(base: String) -> Vec<Feed> {
+        let mut config = crate::client::config::ClientConfig::resolve(Some("sk-test".into()), Some(base), |_| None)
+            .unwrap();
+        config.retry.initial_delay = Duration::from_millis(1);
+        let transport = Transport::new(config).unwrap();
+        let (tx, mut rx) = mpsc::channel(64);
+        pump(&transport, "/lens/sessions/consumer/lsn-1", StreamOptions::default(), tx).await;
+        let mut out = Vec::new();
+        while let Ok(feed) = rx.try_recv() {
+            out.push(feed);
+        }
+        out
+    }
+
+    const SSE_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+
+    #[tokio::test]
+    async fn a_server_that_sends_only_protocol_frames_runs_out_the_reconnects() {
+        let answer = answer_of(SSE_HEAD, "id: 0\ndata: {\"type\": \"sse.stream.start\"}\n\nid: 0\ndata: {\"type\": \"sse.stream.heartbeat\"}\n\n");
+        let (base, requests) = answering(answer).await;
+        let feeds = pumped(base).await;
+        assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), MAX_RECONNECTS + 1);
+        match feeds.as_slice() {
+            [Err(Error::Connection { message })] => {
+                assert!(message.contains("resume later with last_event_id=\"0\""), "{message}")
+            }
+            other => panic!("expected the error alone, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_never_had_an_event_id_says_to_start_again() {
+        let (base, _) = answering(SSE_HEAD.as_bytes()).await;
+        match pumped(base).await.as_slice() {
+            [Err(Error::Connection { message })] => {
+                assert!(message.contains("start the stream again from the beginning"), "{message}");
+                assert!(!message.contains("last_event_id="), "{message}");
+            }
+            other => panic!("expected the error alone, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cr_framed_stream_ends_on_its_last_frame() {
+        let answer = answer_of(SSE_HEAD, "event: message\rid: 1\rdata: {\"type\": \"inference.result\"}\r\r\
+            event: message\rid: 2\rdata: {\"type\": \"sse.stream.end\"}\r\r");
+        let (base, requests) = answering(answer).await;
+        let feeds = pumped(base).await;
+        assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 1, "no reconnect after the end");
+        match feeds.as_slice() {
+            [Ok(batch)] => assert_eq!(batch.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["1"]),
+            other => panic!("expected one batch and the end, got {other:?}"),
+        }
+    }
+
+    /// `head` then `body`, leaked: a test server's answer lives for the whole test run.
+    fn answer_of(head: &str, body: &str) -> &'static [u8] {
+        Box::leak(format!("{head}{body}").into_bytes().into_boxed_slice())
     }
 
     #[test]

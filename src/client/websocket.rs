@@ -58,6 +58,10 @@ struct Mailbox {
     closed: Option<String>,
 }
 
+/// Why calls fail after `close()`.
+const CLOSED_BY_CALLER: &str =
+    "the session socket was closed by the caller (close()); connect again with client.lens.sessions.connect";
+
 pub struct Socket {
     /// `None` once closed: dropping it with the reader's half closes the connection.
     sink: tokio::sync::Mutex<Option<SplitSink<Stream, Message>>>,
@@ -147,7 +151,8 @@ async fn read_all(mut stream: SplitStream<Stream>, mailbox: Arc<Mutex<Mailbox>>)
         }
     };
     let mut mailbox = mailbox.lock();
-    mailbox.closed = Some(reason);
+    // A close the caller started has its reason already: the server's close frame answers it.
+    mailbox.closed.get_or_insert(reason);
     // The waiting call learns from its reply channel closing.
     mailbox.pending = None;
 }
@@ -251,6 +256,9 @@ impl Socket {
     /// so no socket is left half-open (CLOSE-WAIT) for as long as Python keeps the object.
     pub async fn close(&self) {
         const HANDSHAKE: Duration = Duration::from_secs(5);
+        // Before the close frame goes, so the server's answering close is not taken as the
+        // reason; a socket the server closed first keeps the server's reason.
+        self.mailbox.lock().closed.get_or_insert_with(|| CLOSED_BY_CALLER.into());
         let sink = self.sink.lock().await.take();
         if let Some(mut sink) = sink {
             let _ = tokio::time::timeout(HANDSHAKE, sink.send(Message::Close(None))).await;
@@ -263,7 +271,6 @@ impl Socket {
                 let _ = reader.await;
             }
         }
-        self.mailbox.lock().closed.get_or_insert_with(|| "the session socket was closed".into());
     }
 }
 

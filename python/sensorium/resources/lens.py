@@ -198,8 +198,10 @@ class Sessions(Resource):
         (``Last-Event-ID``), so nothing is lost or repeated; the iteration ends when the session
         ends (``sse.stream.end``). Heartbeats are hidden unless ``heartbeats=True``.
         ``stream.last_event_id`` is the id of the last event handed out: pass it as
-        ``last_event_id`` to continue in another process. A context manager (closing it stops
-        reading); an async iterator on ``AsyncClient``.
+        ``last_event_id`` to continue in another process. A stream that fails (its reconnects
+        run out, or the session is gone) raises on that read and on every later one, never
+        ending as if the session had. A context manager (closing it stops reading); an async
+        iterator on ``AsyncClient``.
 
         >>> with client.lens.sessions.stream(sid) as events:  # doctest: +SKIP
         ...     for event in events:
@@ -345,8 +347,14 @@ class EventStream:
         return True
 
     def _hand_out(self) -> StreamEvent:
-        event = self._pending.pop()
+        # The event leaves `_pending` last, and by `del` rather than `pop()`: CPython runs signal
+        # handlers (Ctrl-C) after a call such as `pop()`, never between these statements and the
+        # return, so a KeyboardInterrupt comes before the event is handed out (it stays pending
+        # for the next call) or after the caller has it; `last_event_id` never names an event
+        # the caller did not get.
+        event = self._pending[-1]
         self.last_event_id = event.id
+        del self._pending[-1]
         return event
 
     def close(self) -> None:
@@ -423,7 +431,7 @@ def _input_event(event: Any) -> Any:
         return dict(event)
     if isinstance(event, NumericEvent):
         return event
-    return NumericEvent(as_channels(event, "event"))
+    return NumericEvent._from_array(as_channels(event, "event"), "event")
 
 
 class SessionSocket:

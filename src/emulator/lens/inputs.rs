@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::processors::channels_of;
 use super::session::Session;
-use crate::emulator::agents::outputs::read_csv;
+use crate::emulator::agents::outputs::{read_csv, Table};
 
 /// Input event types the emulator's lenses take: the spec's example (`image`), the notes'
 /// `data.*` family and the events the input streams produce.
@@ -61,9 +61,19 @@ pub(crate) fn set_input_stream(
         }
         "csv_file_reader" => {
             let bytes = read(file_id).ok_or_else(|| format!("File '{file_id}' was not found in this organization."))?;
-            let window = config.get("window_size").and_then(Value::as_u64).filter(|n| *n > 0).map_or(CSV_WINDOW, |n| n as usize);
-            let step = config.get("step_size").and_then(Value::as_u64).filter(|n| *n > 0).map_or(window, |n| n as usize);
-            csv_windows(file_id, &bytes, window, step)
+            let size = |key: &str| config.get(key).and_then(Value::as_u64).filter(|n| *n > 0);
+            let table = read_csv(&bytes);
+            let rows = table.values.len();
+            // A window the file cannot fill is the caller's mistake (2**64-1 rows once crashed
+            // the reader); the default window just takes what there is.
+            if let Some(asked) = size("window_size").filter(|n| usize::try_from(*n).map_or(true, |n| n > rows)) {
+                return Err(format!(
+                    "stream_config.window_size {asked} is larger than the {rows} rows of '{file_id}': no window can be filled."
+                ));
+            }
+            let window = size("window_size").map_or(CSV_WINDOW, |n| n as usize);
+            let step = size("step_size").map_or(window, |n| usize::try_from(n).unwrap_or(usize::MAX));
+            csv_windows(file_id, &table, window, step)
         }
         "video_file_reader" => {
             let bytes = read(file_id).ok_or_else(|| format!("File '{file_id}' was not found in this organization."))?;
@@ -105,12 +115,12 @@ pub(crate) fn set_output_stream(session: &Session, stream_type: &str) -> Result<
     Ok(id)
 }
 
-fn csv_windows(file_id: &str, bytes: &[u8], window: usize, step: usize) -> Vec<Value> {
-    let table = read_csv(bytes);
+fn csv_windows(file_id: &str, table: &Table, window: usize, step: usize) -> Vec<Value> {
     let mut out = Vec::new();
-    let mut start = 0;
+    let mut start: usize = 0;
     while start < table.values.len() {
-        let end = (start + window).min(table.values.len());
+        // Saturating: a step of up to 2**64-1 rows just ends the file.
+        let end = start.saturating_add(window).min(table.values.len());
         out.push(json!({
             "type": "data.numeric_array",
             "event_data": {
@@ -120,7 +130,7 @@ fn csv_windows(file_id: &str, bytes: &[u8], window: usize, step: usize) -> Vec<V
                 "contents": channels_of(&table.values[start..end]),
             },
         }));
-        start += step;
+        start = start.saturating_add(step);
     }
     out
 }
@@ -156,10 +166,14 @@ mod tests {
 
     #[test]
     fn csv_windows_and_video_frames() {
-        let w = csv_windows("f.csv", b"timestamp,a,b\n1,1,2\n2,3,4\n3,5,6\n", 2, 2);
+        let w = csv_windows("f.csv", &read_csv(b"timestamp,a,b\n1,1,2\n2,3,4\n3,5,6\n"), 2, 2);
         assert_eq!(w.len(), 2);
         assert_eq!(w[0]["event_data"]["contents"], json!([[1.0, 3.0], [2.0, 4.0]]));
         assert_eq!(w[1]["event_data"]["timestamps"], json!(["3", "3"]));
+        // Sizes near usize::MAX end the file instead of overflowing.
+        let table = read_csv(b"timestamp,a\n1,1\n2,2\n3,3\n");
+        assert_eq!(csv_windows("f.csv", &table, usize::MAX, 1).len(), 3);
+        assert_eq!(csv_windows("f.csv", &table, 1, usize::MAX).len(), 1);
         let frames = video_frames("v.mp4", &vec![7u8; FRAME_BYTES + 1]);
         assert_eq!(frames.len(), 2);
         assert_eq!(frames[1]["event_data"]["num_bytes"], 1);

@@ -129,7 +129,9 @@ impl NShot {
     /// with `window_size` (16), `step_size` (the window) and `n_neighbors` (1). `read` gives a
     /// file's bytes by name. Errors are plain sentences for the 400 `{errors: [string]}`.
     pub fn from_config(config: &Value, read: &dyn Fn(&str) -> Option<Vec<u8>>) -> Result<NShot, String> {
-        let size = |k: &str, default: usize| config.get(k).and_then(Value::as_u64).filter(|n| *n > 0).map_or(default, |n| n as usize);
+        let size = |k: &str, default: usize| {
+            config.get(k).and_then(Value::as_u64).filter(|n| *n > 0).map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX))
+        };
         let window = size("window_size", DEFAULT_WINDOW);
         let step = size("step_size", window);
         let n_neighbors = size("n_neighbors", 1);
@@ -168,14 +170,15 @@ impl NShot {
         for (class, file) in files {
             let bytes = read(&file).ok_or_else(|| format!("n-shot file '{file}' was not found in this organization."))?;
             let rows = read_csv(&bytes).values;
-            let mut start = 0;
+            let mut start: usize = 0;
             loop {
-                let end = (start + window).min(rows.len());
+                // Saturating, and a step past the end stops: sizes are the caller's numbers.
+                let end = start.saturating_add(window).min(rows.len());
                 examples.push((class.clone(), embed(&channels_of(&rows[start..end]))));
-                if end >= rows.len() {
+                start = start.saturating_add(step);
+                if end >= rows.len() || start >= rows.len() {
                     break;
                 }
-                start += step;
             }
         }
         Ok(NShot { examples, n_neighbors })
@@ -252,6 +255,16 @@ mod tests {
         let missing = json!({"n_shot_files": {"x": "nope.csv"}});
         assert!(NShot::from_config(&missing, &files).err().unwrap().contains("nope.csv"));
         assert!(NShot::from_config(&json!({}), &files).is_err());
+    }
+
+    #[test]
+    fn n_shot_sizes_of_any_magnitude_give_examples() {
+        let files = |_: &str| Some(csv(|i| i as f64));
+        for (window, step) in [(u64::MAX, 1), (2, u64::MAX), (2, 1000), (u64::MAX, u64::MAX)] {
+            let config = json!({"n_shot_files": {"a": "a.csv"}, "window_size": window, "step_size": step});
+            let model = NShot::from_config(&config, &files).unwrap();
+            assert!(!model.examples.is_empty(), "window {window}, step {step}");
+        }
     }
 
     #[test]
