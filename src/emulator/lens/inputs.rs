@@ -63,16 +63,12 @@ pub(crate) fn set_input_stream(
             let bytes = read(file_id).ok_or_else(|| format!("File '{file_id}' was not found in this organization."))?;
             let size = |key: &str| config.get(key).and_then(Value::as_u64).filter(|n| *n > 0);
             let table = read_csv(&bytes);
-            let rows = table.values.len();
-            // A window the file cannot fill is the caller's mistake (2**64-1 rows once crashed
-            // the reader); the default window just takes what there is.
-            if let Some(asked) = size("window_size").filter(|n| usize::try_from(*n).map_or(true, |n| n > rows)) {
-                return Err(format!(
-                    "stream_config.window_size {asked} is larger than the {rows} rows of '{file_id}': no window can be filled."
-                ));
-            }
-            let window = size("window_size").map_or(CSV_WINDOW, |n| n as usize);
-            let step = size("step_size").map_or(window, |n| usize::try_from(n).unwrap_or(usize::MAX));
+            // Sizes beyond the file just reach its end (2**64-1 rows once overflowed the reader
+            // and killed the socket): a stand-in never fails on content (CHOICES), and a window
+            // larger than the file is one short window, as before.
+            let rows = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+            let window = size("window_size").map_or(CSV_WINDOW, rows);
+            let step = size("step_size").map_or(window, rows);
             csv_windows(file_id, &table, window, step)
         }
         "video_file_reader" => {
