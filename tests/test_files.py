@@ -152,7 +152,11 @@ def test_conflict_after_a_lost_response_of_our_own_upload_is_its_success(emu, cl
     emu.inject("POST", route, action="truncate", times=1)
     record = run_on(client_kind, send, base_url=emu.base_url, api_key=emu.api_key)
     assert record.file_id == "daily.csv"
-    assert [r.status for r in calls(emu, route, "POST")] == [200, 409]
+    # Usually [200, 409]. The emulator answers 409 as soon as it has read the part's name, so on a
+    # busy machine a retry still sending its 5 MB can see its connection closed before the 409
+    # arrives, and (being safe to repeat) is sent once more: only 409s follow the first answer.
+    statuses = [r.status for r in calls(emu, route, "POST")]
+    assert statuses[0] == 200 and len(statuses) >= 2 and set(statuses[1:]) == {409}, statuses
     assert client.files.download("daily.csv", tmp_path / "back.csv").read_bytes() == content
 
 
