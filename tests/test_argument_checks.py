@@ -36,6 +36,17 @@ def sent(emu):
     ({"base_url": "http://h\udc80"}, InvalidArgumentError, "base_url"),
     ({"default_headers": [("X", "1")]}, TypeError, "default_headers"),
     ({"default_headers": {"X": "v\ud800"}}, InvalidArgumentError, "default_headers"),
+    # Not turned into the text "None" or "1" and sent.
+    ({"default_headers": {"X-Team": None}}, TypeError, "default_headers"),
+    ({"default_headers": {"X-Team": 1}}, TypeError, "default_headers"),
+    ({"default_headers": {1: "v"}}, TypeError, "default_headers"),
+    # Checked when the client is made, not at its first call.
+    ({"default_headers": {"bad name": "x"}}, InvalidArgumentError, "default_headers"),
+    ({"default_headers": {"": "x"}}, InvalidArgumentError, "default_headers"),
+    ({"default_headers": {"X": "a\nb"}}, InvalidArgumentError, "default_headers"),
+    ({"default_headers": {"X": "a\x00b"}}, InvalidArgumentError, "default_headers"),
+    ({"api_key": "a\nb"}, InvalidArgumentError, "api_key"),
+    ({"api_key": "a\x00b"}, InvalidArgumentError, "api_key"),
 ])
 def test_client_options_are_checked_naming_the_argument(cls, options, error, named):
     with pytest.raises(error, match=f"^{named}: "):
@@ -45,6 +56,10 @@ def test_client_options_are_checked_naming_the_argument(cls, options, error, nam
 def test_with_options_is_checked_the_same_way(client):
     with pytest.raises(TypeError, match="^timeout: "):
         client.with_options(timeout="5")
+    with pytest.raises(TypeError, match="^default_headers: "):
+        client.with_options(default_headers={"X-Team": None})
+    with pytest.raises(InvalidArgumentError, match="^default_headers: "):
+        client.with_options(default_headers={"X": "a\nb"})
 
 
 @pytest.mark.parametrize("url", ["http://bob:hunter2@127.0.0.1:9", "https://bob@127.0.0.1/v0.5"])

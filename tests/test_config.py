@@ -98,6 +98,14 @@ def test_async_client_reads_the_same_configuration(no_env):
         sensorium.AsyncClient(base_url="http://127.0.0.1:1")
 
 
+@pytest.mark.parametrize("url", ["https://api.example.com/v0.5/query", "https://api.example.com/gw/v0.5/files/upload/"])
+def test_a_pasted_endpoint_url_is_refused_naming_the_base(no_env, url):
+    # Not silently turned into ".../v0.5/query/v0.5".
+    with pytest.raises(ConfigurationError, match="base_url") as info:
+        sensorium.Client(api_key="sk-some-key", base_url=url)
+    assert url.split("/v0.5")[0] + "/v0.5" in str(info.value)
+
+
 @pytest.mark.parametrize("url", ["ftp://example.com", "not a url", "127.0.0.1:8000"])
 def test_malformed_base_url_is_rejected(no_env, url):
     with pytest.raises(ConfigurationError) as info:
@@ -283,6 +291,7 @@ def test_async_client_from_environment(emu, no_env, monkeypatch):
         ("https://api.example.com/gateway/v0.5/", "https://api.example.com/gateway/v0.5"),
         ("https://api.example.com/v0.6", "https://api.example.com/v0.5"),
         ("https://api.example.com/?x=1#frag", "https://api.example.com/v0.5"),
+        ("https://gw.example.com/v1/sensorium", "https://gw.example.com/v1/sensorium/v0.5"),  # a gateway's own v1
     ],
 )
 def test_base_url_keeps_a_path_prefix(given, expected):

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from _helpers import ENCODER, body_json, calls
+from _helpers import ENCODER, body_json, calls, run_on
 from sensorium import Embeddings
 from sensorium.errors import InvalidArgumentError
 
@@ -240,12 +240,28 @@ def test_input_array_is_not_modified(client):
     np.testing.assert_array_equal(data, before)
 
 
-def test_embed_with_a_reasoning_model_is_an_error_not_garbage(emu, client):
-    from _helpers import REASONER
+@pytest.mark.parametrize("model", ["Reasoner::c2_4_7b_251215a172f6d7", "Newton::c2_4_7b_251215a172f6d7"])
+def test_embed_with_a_reasoning_model_is_refused_before_sending(emu, client_kind, model):
+    # The prefix names a reasoning family: nothing is sent (nor billed), as InvalidArgumentError says.
     from sensorium.errors import InvalidArgumentError
 
     with pytest.raises(InvalidArgumentError) as info:
-        client.embed(REASONER, WINDOW)
-    assert info.value.argument == "model"
-    assert "encoder" in str(info.value)
-    assert len(calls(emu, "/query")) == 1  # a wrong answer is not retried
+        run_on(client_kind, lambda c: c.embed(model, WINDOW), api_key=emu.api_key, base_url=emu.base_url)
+    assert info.value.argument == "model" and model in str(info.value)
+    assert "encoder" in str(info.value) and "query()" in str(info.value)
+    assert calls(emu, "/query") == []
+
+
+def test_embed_with_a_reasoning_model_the_client_cannot_tell_is_an_error_not_garbage(client_kind):
+    # A family the client does not know (a user's fine-tuned model) is sent; its text answer is
+    # still reported as the wrong model, not a parse error.
+    from sensorium.errors import InvalidArgumentError
+    from sensorium.testing import DEFAULT_MODELS, Emulator
+
+    with Emulator(models=[*DEFAULT_MODELS, {"id": "Acme::ft-reason-1", "family": "reasoner"}]) as emu:
+        with pytest.raises(InvalidArgumentError) as info:
+            run_on(client_kind, lambda c: c.embed("Acme::ft-reason-1", WINDOW),
+                   api_key=emu.api_key, base_url=emu.base_url)
+        assert info.value.argument == "model"
+        assert "encoder" in str(info.value)
+        assert len(calls(emu, "/query")) == 1  # a wrong answer is not retried

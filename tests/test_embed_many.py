@@ -25,7 +25,7 @@ from sensorium.errors import (
     QueryFailedError,
     SensoriumError,
 )
-from sensorium.testing import Emulator
+from sensorium.testing import DEFAULT_MODELS, Emulator
 
 RNG = np.random.default_rng(11)
 WINDOWS = RNG.normal(size=(12, 3, 256))
@@ -128,20 +128,23 @@ MANY = RNG.normal(size=(300, 2, 16))
     "case, cause",
     [("key", AuthenticationError), ("model", BadRequestError), ("family", InvalidArgumentError)],
 )
-def test_an_error_no_window_escapes_stops_the_batch(emu, client_kind, case, cause):
-    model, opts, concurrency = ENCODER, options(emu), 4
-    if case == "key":
-        opts["api_key"] = "not-the-key"
-    elif case == "model":
-        model = "Encoder::no_such_version"
-    else:
-        model = REASONER  # answers text, not vectors
-    with pytest.raises(EmbedManyError) as info:
-        run_on(client_kind, lambda c: c.embed_many(model, MANY, concurrency=concurrency), **opts)
+def test_an_error_no_window_escapes_stops_the_batch(client_kind, case, cause):
+    # "family": a reasoning model whose family the client cannot tell by its prefix (a user's
+    # fine-tuned one), so it is sent, and answers text, not vectors.
+    with Emulator(models=[*DEFAULT_MODELS, {"id": "Acme::ft-reason-1", "family": "reasoner"}]) as emu:
+        model, opts, concurrency = ENCODER, options(emu), 4
+        if case == "key":
+            opts["api_key"] = "not-the-key"
+        elif case == "model":
+            model = "Encoder::no_such_version"
+        else:
+            model = "Acme::ft-reason-1"
+        with pytest.raises(EmbedManyError) as info:
+            run_on(client_kind, lambda c: c.embed_many(model, MANY, concurrency=concurrency), **opts)
+        # What was in flight when the first answer came, not 300 requests.
+        assert len(calls(emu, "/query")) <= 2 * concurrency
     err = info.value
     assert isinstance(err.__cause__, cause)
-    # What was in flight when the first answer came, not 300 requests.
-    assert len(calls(emu, "/query")) <= 2 * concurrency
     assert "stopped at windows[" in str(err) and "never sent" in str(err) and ".." not in str(err)
     # Every window is accounted for, so re-running err.failed after the fix completes the work.
     assert err.partial.shape == (300, 2, 768) and np.isnan(err.partial).all()
@@ -149,6 +152,14 @@ def test_an_error_no_window_escapes_stops_the_batch(emu, client_kind, case, caus
     assert len(err.not_sent) >= 300 - 2 * concurrency and set(err.not_sent) <= set(err.failed)
     again = pickle.loads(pickle.dumps(err))
     assert again.not_sent == err.not_sent and again.failed == err.failed
+
+
+@pytest.mark.parametrize("model", [REASONER, "Newton::c2_4_7b_251215a172f6d7"])
+def test_a_reasoning_model_is_refused_before_sending(emu, client_kind, model):
+    with pytest.raises(InvalidArgumentError) as info:
+        run_on(client_kind, lambda c: c.embed_many(model, MANY), **options(emu))
+    assert info.value.argument == "model" and model in str(info.value)
+    assert calls(emu, "/query") == []
 
 
 def test_a_key_refused_mid_run_stops_reading_and_keeps_the_work_done(emu, client_kind):

@@ -323,6 +323,7 @@ def test_command_line_model_flag() -> None:
     )
     assert bad.returncode == 2
     assert "Acme::ft-1" in bad.stderr and "family" in bad.stderr
+    assert "--model Acme::ft-1=reasoner" in bad.stderr  # the flag's own form, not only Python's
 
 
 def test_every_emulator_option_is_a_command_line_flag_that_reaches_the_server(monkeypatch) -> None:

@@ -3,6 +3,7 @@ workers (what multiprocessing and Dask need)."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import pickle
 
@@ -45,11 +46,38 @@ def test_unpickled_client_uses_the_environments_key(emu, monkeypatch):
     assert emu.requests[-1].org != emu.requests[-2].org
 
 
-def test_unpickling_without_a_key_names_the_variable(emu, monkeypatch):
-    data = pickle.dumps(emu.client())
+@pytest.mark.parametrize("cls", [sensorium.Client, sensorium.AsyncClient])
+def test_unpickled_without_a_key_the_first_call_names_the_variable(emu, monkeypatch, cls):
+    # Unpickling itself succeeds: an error raised while unpickling a task's arguments never
+    # reaches the caller of a multiprocessing pool or a Dask future, who would wait forever.
+    original = cls(api_key=emu.api_key, base_url=emu.base_url)
     monkeypatch.delenv("SENSORIUM_API_KEY", raising=False)
+    client = pickle.loads(pickle.dumps(original))
+    assert client.base_url == original.base_url and emu.api_key not in repr(client)
+    assert pickle.loads(pickle.dumps(client)).base_url == original.base_url  # a worker may pass it on
     with pytest.raises(ConfigurationError, match="SENSORIUM_API_KEY"):
-        pickle.loads(data)
+        if cls is sensorium.Client:
+            client.embed(ENCODER, WINDOW)
+        else:
+            asyncio.run(client.embed(ENCODER, WINDOW))
+    with pytest.raises(ConfigurationError, match="SENSORIUM_API_KEY"):
+        client.files.info() if cls is sensorium.Client else asyncio.run(client.files.info())
+    assert emu.requests == []
+
+
+def _embed_with(client):
+    return client.embed(ENCODER, WINDOW).vectors.shape
+
+
+def test_a_pool_worker_without_the_key_reports_it_to_the_caller(emu, monkeypatch):
+    # The parent holds the key in the client only; the pool's workers have none to take.
+    monkeypatch.delenv("SENSORIUM_API_KEY", raising=False)
+    client = sensorium.Client(api_key=emu.api_key, base_url=emu.base_url)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        result = pool.apply_async(_embed_with, (client,))
+        with pytest.raises(ConfigurationError, match="SENSORIUM_API_KEY"):
+            result.get(timeout=120)  # a hang (the old behaviour) ends here as a TimeoutError
 
 
 def test_a_closed_client_does_not_pickle(emu):

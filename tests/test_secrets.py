@@ -122,13 +122,14 @@ def test_exceptions_do_not_show_the_key(semu, tmp_path):
         assert SECRET.encode() not in pickle.dumps(exc)
 
 
-def test_key_with_forbidden_characters_is_not_echoed(semu):
-    bad = "sk-bad\nSECRET-line"
-    with sensorium.Client(bad, semu.base_url, max_retries=0) as client:
-        with pytest.raises(InvalidArgumentError) as info:
-            client.files.info()
-    assert "api_key" in str(info.value)
-    assert "SECRET-line" not in everything_about(info.value)
+@pytest.mark.parametrize("cls", [sensorium.Client, sensorium.AsyncClient])
+@pytest.mark.parametrize("bad", ["sk-bad\nSECRET-line", "sk-bad\x00SECRET-nul", "sk-SECRET-\x7f"])
+def test_key_with_forbidden_characters_is_refused_when_the_client_is_made_and_not_echoed(semu, cls, bad):
+    # At construction, where the key was given, not at the first call.
+    with pytest.raises(InvalidArgumentError, match="^api_key: ") as info:
+        cls(bad, semu.base_url, max_retries=0)
+    assert "SECRET" not in everything_about(info.value)
+    assert semu.requests == []
 
 
 def test_configuration_error_does_not_show_the_key(monkeypatch):

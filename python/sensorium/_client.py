@@ -16,6 +16,7 @@ from ._options import (
     DEFAULT_TIMEOUT,
     NOT_GIVEN,
     ClosedCore,
+    KeylessCore,
     NotGiven,
     Options,
     headers,
@@ -28,7 +29,6 @@ from .resources.batch import AsyncBatch, Batch
 from .resources.fine_tuning import AsyncFineTuning, FineTuning
 from .resources.jobs import AsyncJobs, Jobs
 from .resources.lens import AsyncLensRuntime, LensRuntime, warn_deprecated
-from .errors import ConfigurationError
 from .types import Embeddings, FileRecord, QueryResult
 
 if TYPE_CHECKING:
@@ -125,15 +125,17 @@ class _BaseClient:
 
 
 def _unpickle_client(cls: type[_BaseClient], config: dict[str, Any]) -> _BaseClient:
-    """Rebuilds a pickled client with the key of this process's environment."""
+    """Rebuilds a pickled client with the key of this process's environment. Without one, the
+    client still unpickles, and its first call raises (see ``KeylessCore``)."""
     key = os.environ.get(API_KEY_ENV)
-    if not key:
-        raise ConfigurationError(
-            f"cannot unpickle a sensorium {cls.__name__}: pickles never hold the API key, and {API_KEY_ENV} is "
-            f"not set in this process. Set {API_KEY_ENV} where the client is unpickled (for example in each "
-            "worker's environment)."
-        )
-    return cls(api_key=key, **config)
+    if key:
+        return cls(api_key=key, **config)
+    client = object.__new__(cls)
+    client._options = Options(config["timeout"], config["connect_timeout"], config["read_timeout"],
+                              config["max_retries"], headers(config["default_headers"]))
+    client._core = KeylessCore(cls.__name__, config["base_url"], config["agents_base_url"])
+    client._bind_resources()
+    return client
 
 
 def _query_fields(params: Any) -> Any:

@@ -7,7 +7,8 @@ from typing import Any, Mapping, Protocol
 
 from . import _core
 from ._arguments import count, seconds, utf8_text
-from .errors import ClientClosedError
+from ._secrets import API_KEY_ENV
+from .errors import ClientClosedError, ConfigurationError
 
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -71,7 +72,8 @@ def headers(mapping: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
         return ()
     if not isinstance(mapping, Mapping):
         raise TypeError(f"default_headers: expected a mapping of header names to values, got {type(mapping).__name__}")
-    return tuple((utf8_text(str(k), "default_headers"), utf8_text(str(v), "default_headers")) for k, v in mapping.items())
+    # Not str(k), str(v): None would go out as the header value "None", a number as its text.
+    return tuple((utf8_text(k, "default_headers"), utf8_text(v, "default_headers")) for k, v in mapping.items())
 
 
 class HasCore(Protocol):
@@ -85,3 +87,23 @@ class ClosedCore:
 
     def __getattr__(self, name: str) -> Any:
         raise ClientClosedError("this sensorium client is closed; create a new one (or use with_options on an open one)")
+
+
+class KeylessCore:
+    """Stands in for the native core of a client unpickled where ``SENSORIUM_API_KEY`` is unset:
+    it keeps the base URLs (for ``repr`` and pickling again), and any call raises the
+    ``ConfigurationError`` naming the variable. Raised at the first call, not while unpickling,
+    because multiprocessing pools and Dask cannot deliver an error raised while unpickling a task's
+    arguments: the caller would wait forever instead of seeing this error as the task's."""
+
+    def __init__(self, client_name: str, base_url: str, agents_base_url: str) -> None:
+        self._client_name = client_name
+        self.base_url = base_url
+        self.agents_base_url = agents_base_url
+
+    def __getattr__(self, name: str) -> Any:
+        raise ConfigurationError(
+            f"this sensorium {self._client_name} was unpickled without an API key: pickles never hold the key, "
+            f"and {API_KEY_ENV} is not set in this process. Set {API_KEY_ENV} where the client is unpickled "
+            "(for example in each worker's environment)."
+        )

@@ -153,6 +153,20 @@ pub fn root_url(base_url: &str) -> Result<Url, Error> {
         .path_segments()
         .map(|s| s.filter(|p| !p.is_empty()).map(str::to_string).collect())
         .unwrap_or_default();
+    // A version followed by more path is an endpoint pasted whole (`.../v0.5/query`): kept as a
+    // prefix, every call would go to `.../v0.5/query/v0.5/...` and fail far from the cause.
+    // Only a surface's path counts: a gateway may well have a `v1` of its own in its prefix.
+    let pasted = segments.windows(2).position(|w| is_version_segment(&w[0]) && SURFACES.contains(&w[1].as_str()));
+    if let Some(at) = pasted {
+        let base: Vec<&str> = segments[..=at].iter().map(String::as_str).collect();
+        let mut root = url.clone();
+        root.set_path(&base.join("/"));
+        return Err(Error::Config(format!(
+            "base_url: {shown:?} goes on past its version (/{}): give the base URL up to the version, such as {:?}",
+            segments[at + 1..].join("/"),
+            without_credentials(root.as_str().trim_end_matches('/'))
+        )));
+    }
     let keep: Vec<&String> = match segments.last() {
         Some(last) if is_version_segment(last) => segments[..segments.len() - 1].iter().collect(),
         _ => segments.iter().collect(),
@@ -183,6 +197,9 @@ fn without_credentials(text: &str) -> String {
         None => text.to_string(),
     }
 }
+
+/// The first path segment of each of the spec's surfaces.
+const SURFACES: &[&str] = &["query", "files", "agents", "batch", "fine_tuning", "fine-tuning", "jobs", "lens", "models"];
 
 fn is_version_segment(segment: &str) -> bool {
     // `V0.5` is the same version to a person typing it.

@@ -10,7 +10,7 @@ use super::embedding_text;
 use super::error::Error;
 use super::transport::{decode_json, Transport};
 use crate::wire::files::QUERY_FILE_EXTENSIONS;
-use crate::wire::models::ModelFamily;
+use crate::wire::models::{split_model_id, ModelFamily, FAMILY_PREFIXES};
 use crate::wire::query::{field_kind, FieldKind, QueryRequest, QueryResponse, EVENT_TYPES};
 
 /// The dimension of one embedding, per the spec.
@@ -70,6 +70,14 @@ pub fn build_request(
     Ok(Bytes::from(body))
 }
 
+/// Whether `model`'s prefix is, exactly, one that names the reasoning family. Only an exact
+/// prefix counts: any other (a newer family, the organization's own model, another spelling)
+/// says nothing the client can know, and the service is the judge.
+fn reasoning_by_prefix(model: &str) -> bool {
+    let (prefix, _) = split_model_id(model);
+    FAMILY_PREFIXES.iter().any(|(p, family)| Some(*p) == prefix && *family == ModelFamily::Reasoner)
+}
+
 /// The JSON of an encoder request around its one numeric event, built once (per `embed` call,
 /// per `embed_many` batch): every request is `prefix + event + "]}"`, written by the bindings
 /// in one buffer.
@@ -91,8 +99,20 @@ impl BodyTemplate {
     }
 
     /// A template for bodies with any `/query` fields besides the event (checked as
-    /// `build_request` checks them).
+    /// `build_request` checks them). A model whose prefix names a reasoning family is refused:
+    /// it would answer text, after the request was sent (and billed; `embed_many` would send
+    /// one per request slot).
     pub fn with_fields(model: &str, fields: Map<String, Value>) -> Result<Self, Error> {
+        if reasoning_by_prefix(model) {
+            return Err(Error::invalid_argument(
+                "model",
+                format!(
+                    "is {model:?}, a reasoning model by its prefix, which answers with text: embed() and \
+                     embed_many() need an encoder model ({}); use query() for reasoning models",
+                    ModelFamily::Encoder.id_examples()
+                ),
+            ));
+        }
         let empty = build_request(model, "", fields, Some(Vec::new()))?;
         // `{..., "events":[]}`: keep everything up to the opening bracket.
         let prefix = empty.slice(..empty.len() - BODY_SUFFIX.len());
@@ -550,6 +570,23 @@ mod tests {
         let plain: Value = serde_json::from_slice(&[plain.head(), b"{}", plain.tail()].concat()).unwrap();
         assert!(plain.get("normalize_input").is_none());
         assert!(BodyTemplate::new("  ", None).is_err());
+    }
+
+    #[test]
+    fn body_template_refuses_only_the_known_reasoning_prefixes() {
+        for model in ["Reasoner::c2_4_7b_251215a172f6d7", "Newton::x"] {
+            match BodyTemplate::new(model, None) {
+                Err(Error::InvalidArgument { argument, message }) => {
+                    assert_eq!(argument, "model");
+                    assert!(message.contains(model), "{message}");
+                }
+                other => panic!("{model}: {other:?}"),
+            }
+        }
+        // Encoders, unknown families and other spellings are sent: the service judges them.
+        for model in ["Encoder::e", "OmegaEncoder::e", "Acme::ft-reason-1", "newton::x", "Newtonian::x", "Newton"] {
+            assert!(BodyTemplate::new(model, None).is_ok(), "{model}");
+        }
     }
 
     #[test]

@@ -237,10 +237,17 @@ impl Transport {
         let query_url = config.url("/query");
         let query_url = reqwest::Url::parse(&query_url)
             .map_err(|e| Error::invalid_argument("base_url", format!("cannot build a request to {query_url}: {e}")))?;
-        let authorization = HeaderValue::from_str(&format!("Bearer {}", config.api_key.expose())).ok().map(|mut value| {
-            value.set_sensitive(true);
-            value
-        });
+        // The key and the headers are checked here, when the client is made, rather than at its
+        // first call, where a typo in a header would surface far from where it was written.
+        let authorization = HeaderValue::from_str(&format!("Bearer {}", config.api_key.expose()))
+            .map(|mut value| {
+                value.set_sensitive(true);
+                Some(value)
+            })
+            .map_err(|_| Error::invalid_argument("api_key", API_KEY_NOT_A_HEADER))?;
+        for (name, value) in &config.default_headers {
+            default_header(name, value)?;
+        }
         let http = pool.http.clone().ok_or_else(|| Error::Config("the connection pool is gone".into()))?;
         Ok(Transport { http, config: Arc::new(config), query_url, authorization, pool, pacer: Arc::default() })
     }
@@ -538,7 +545,7 @@ impl Transport {
             let auth = self
                 .authorization
                 .clone()
-                .ok_or_else(|| Error::invalid_argument("api_key", "contains characters not allowed in an HTTP header"))?;
+                .ok_or_else(|| Error::invalid_argument("api_key", API_KEY_NOT_A_HEADER))?;
             headers.insert(AUTHORIZATION, auth);
         }
         headers.insert(
@@ -546,12 +553,7 @@ impl Transport {
             HeaderValue::from(attempt.saturating_sub(1)),
         );
         for (name, value) in &self.config.default_headers {
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                Error::invalid_argument("default_headers", format!("{name:?} is not a valid header name"))
-            })?;
-            let value = HeaderValue::from_str(value).map_err(|_| {
-                Error::invalid_argument("default_headers", format!("the value of {name} is not a valid header value"))
-            })?;
+            let (name, value) = default_header(name, value)?;
             headers.insert(name, value);
         }
         Ok(headers)
@@ -780,6 +782,20 @@ pub async fn read_body(mut response: Response, stall: Duration) -> Result<Bytes,
             Err(e) => return Err(cut(e)),
         }
     }
+}
+
+/// Why a key is refused: it never says what the key holds.
+const API_KEY_NOT_A_HEADER: &str =
+    "contains characters not allowed in an HTTP header (a line break or another control character); check how it was copied";
+
+/// One of `default_headers` as sent, or the error naming what is wrong with it.
+fn default_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), Error> {
+    let header = HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| Error::invalid_argument("default_headers", format!("{name:?} is not a valid header name")))?;
+    let value = HeaderValue::from_str(value).map_err(|_| {
+        Error::invalid_argument("default_headers", format!("the value of {name} is not a valid header value"))
+    })?;
+    Ok((header, value))
 }
 
 pub fn decode_json<T: DeserializeOwned>(url: &str, body: &[u8]) -> Result<T, Error> {

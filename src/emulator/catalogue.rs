@@ -56,8 +56,9 @@ impl ModelEntry {
             (Some(f), _) | (None, Some(f)) => Ok(ModelEntry { id: id.to_string(), family: f }),
             (None, None) => Err(format!(
                 "the prefix of {id:?} names no family the emulator knows (Reasoner or Newton, \
-                 Encoder or OmegaEncoder); give it as {{\"id\": {id:?}, \"family\": \"reasoner\"}} \
-                 or \"encoder\""
+                 Encoder or OmegaEncoder); give its family: {{\"id\": {id:?}, \"family\": \"reasoner\"}} \
+                 (or \"encoder\") in Emulator(models=...), --model {id}=reasoner (or =encoder) on the \
+                 command line"
             )),
         }
     }
