@@ -3,9 +3,21 @@ and clients bound to it."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 pytest_plugins = ["pytester"]
+
+
+def pytest_configure(config):
+    """The Ctrl-C tests need SIGINT to reach Python. A shell without job control starts its
+    background commands (and `nohup` its command) with SIGINT ignored, which Python then leaves
+    ignored, and every child a test starts inherits that: there, those tests would fail for want
+    of a signal, not for a defect. A handler set here is reset to the default in children at exec,
+    so they get Python's own again."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
