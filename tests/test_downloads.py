@@ -6,6 +6,7 @@ others nothing, byte progress, and arguments refused before anything is sent."""
 from __future__ import annotations
 
 import json
+import pickle
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
@@ -201,6 +202,10 @@ def test_every_failure_is_told_and_the_written_files_listed(call, tmp_path):
     assert list(error.failed) == ["out_1", "out_3"] and all(isinstance(e, NotFoundError) for e in error.failed.values())
     assert not any("of 5" in str(e) for e in error.failed.values()), "each failure is kept as it came"
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"part_{i}.csv" for i in (0, 2, 4)]
+    # A worker's error reaches its caller pickled (Dask, multiprocessing): the outcome goes with it.
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is NotFoundError and str(again) == str(error) and again.written == error.written
+    assert list(again.failed) == ["out_1", "out_3"] and all(isinstance(e, NotFoundError) for e in again.failed.values())
 
 
 def test_an_empty_directory_is_refused_not_read_as_the_current_one(call, tmp_path, monkeypatch):

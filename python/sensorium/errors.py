@@ -53,6 +53,13 @@ __all__ = [
 ]
 
 
+def _state(error: BaseException) -> dict[str, Any]:
+    """What a pickled error carries besides its constructor's arguments: every attribute set on
+    it, such as the ``written`` and ``failed`` a download's error is told (restored by
+    ``BaseException.__setstate__``; an object in both is stored once)."""
+    return dict(error.__dict__)
+
+
 class SensoriumError(Exception):
     """Root of every exception sensorium raises."""
 
@@ -73,7 +80,7 @@ class AgentRunError(SensoriumError):
         self.logs = list(logs or [])
 
     def __reduce__(self) -> Any:
-        return (_rebuild_agent_run_error, (str(self), self.agent, self.error, self.logs))
+        return (_rebuild_agent_run_error, (str(self), self.agent, self.error, self.logs), _state(self))
 
 
 def _rebuild_agent_run_error(message: str, agent: Any, error: str | None, logs: list[Any]) -> AgentRunError:
@@ -90,7 +97,7 @@ class JobFailedError(SensoriumError):
         self.errors = list(errors or [])
 
     def __reduce__(self) -> Any:
-        return (_rebuild_job_failed_error, (str(self), self.job, self.errors))
+        return (_rebuild_job_failed_error, (str(self), self.job, self.errors), _state(self))
 
 
 def _rebuild_job_failed_error(message: str, job: Any, errors: list[str]) -> JobFailedError:
@@ -132,7 +139,7 @@ class EmbedManyError(SensoriumError):
         self.not_sent = list(not_sent or [])
 
     def __reduce__(self) -> Any:
-        return (_rebuild_embed_many_error, (str(self), self.partial, self.failed, self.not_sent))
+        return (_rebuild_embed_many_error, (str(self), self.partial, self.failed, self.not_sent), _state(self))
 
 
 def _rebuild_embed_many_error(
@@ -246,6 +253,7 @@ class APIStatusError(APIError):
             _rebuild_status_error,
             (type(self), self.message, self.status, self.errors, self.body, self.json,
              self.method, self.url, self.retry_after, self.after_lost_response),
+            _state(self),
         )
 
 
@@ -352,7 +360,7 @@ class LensEventError(APIError):
         self.body = body
 
     def __reduce__(self) -> Any:
-        return (_rebuild_lens_event_error, (self.error_messages, self.body))
+        return (_rebuild_lens_event_error, (self.error_messages, self.body), _state(self))
 
 
 def _rebuild_lens_event_error(error_messages: list[str], body: Any) -> LensEventError:
@@ -369,7 +377,7 @@ class TransferError(APIError):
         self.upload_id = upload_id
 
     def __reduce__(self) -> Any:
-        return (_rebuild_transfer_error, (self.message, self.resumable, self.upload_id))
+        return (_rebuild_transfer_error, (self.message, self.resumable, self.upload_id), _state(self))
 
 
 def _rebuild_transfer_error(message: str, resumable: bool, upload_id: str | None) -> TransferError:
