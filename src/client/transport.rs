@@ -132,12 +132,12 @@ impl Call {
 pub struct Transport {
     http: reqwest::Client,
     pub config: Arc<ClientConfig>,
-    /// Worked out once, not per request: `/query` parsed (every query, `embed` and
-    /// `embed_many` request goes there) and the `Authorization` value (marked sensitive, so
-    /// it is never logged or shown; `None` when the key cannot be a header value, reported
-    /// when a call needs it).
+    /// Worked out once, when the client is made, not per request: `/query` parsed (every query,
+    /// `embed` and `embed_many` request goes there), the `Authorization` value (marked sensitive,
+    /// so it is never logged or shown) and `default_headers` as sent.
     query_url: reqwest::Url,
-    authorization: Option<HeaderValue>,
+    authorization: HeaderValue,
+    default_headers: HeaderMap,
     /// What `http` came from, with the lanes of blocking calls; kept alive by every transport
     /// that uses it.
     pool: Arc<Pool>,
@@ -239,17 +239,24 @@ impl Transport {
             .map_err(|e| Error::invalid_argument("base_url", format!("cannot build a request to {query_url}: {e}")))?;
         // The key and the headers are checked here, when the client is made, rather than at its
         // first call, where a typo in a header would surface far from where it was written.
-        let authorization = HeaderValue::from_str(&format!("Bearer {}", config.api_key.expose()))
-            .map(|mut value| {
-                value.set_sensitive(true);
-                Some(value)
-            })
+        let mut authorization = HeaderValue::from_str(&format!("Bearer {}", config.api_key.expose()))
             .map_err(|_| Error::invalid_argument("api_key", API_KEY_NOT_A_HEADER))?;
-        for (name, value) in &config.default_headers {
-            default_header(name, value)?;
-        }
+        authorization.set_sensitive(true);
+        let default_headers = config
+            .default_headers
+            .iter()
+            .map(|(name, value)| default_header(name, value))
+            .collect::<Result<HeaderMap, Error>>()?;
         let http = pool.http.clone().ok_or_else(|| Error::Config("the connection pool is gone".into()))?;
-        Ok(Transport { http, config: Arc::new(config), query_url, authorization, pool, pacer: Arc::default() })
+        Ok(Transport {
+            http,
+            config: Arc::new(config),
+            query_url,
+            authorization,
+            default_headers,
+            pool,
+            pacer: Arc::default(),
+        })
     }
 
     /// The pacing shared by this client's concurrent batches (`execute_paced`).
@@ -442,7 +449,7 @@ impl Transport {
             // Nothing streamed up: the wait for the answer starts now.
             activity.body_sent();
         }
-        let mut request = request.headers(self.headers(attempt, call.authenticated)?);
+        let mut request = request.headers(self.headers(attempt, call.authenticated));
         for (name, value) in &call.headers {
             request = request.header(*name, value);
         }
@@ -539,24 +546,19 @@ impl Transport {
         Err(Failed { error: Error::Api(Box::new(self.api_error(call, response).await)), unsent: false })
     }
 
-    fn headers(&self, attempt: u32, authenticated: bool) -> Result<HeaderMap, Error> {
+    fn headers(&self, attempt: u32, authenticated: bool) -> HeaderMap {
         let mut headers = HeaderMap::new();
         if authenticated {
-            let auth = self
-                .authorization
-                .clone()
-                .ok_or_else(|| Error::invalid_argument("api_key", API_KEY_NOT_A_HEADER))?;
-            headers.insert(AUTHORIZATION, auth);
+            headers.insert(AUTHORIZATION, self.authorization.clone());
         }
         headers.insert(
             HeaderName::from_static(RETRY_COUNT_HEADER),
             HeaderValue::from(attempt.saturating_sub(1)),
         );
-        for (name, value) in &self.config.default_headers {
-            let (name, value) = default_header(name, value)?;
-            headers.insert(name, value);
+        for (name, value) in &self.default_headers {
+            headers.insert(name, value.clone());
         }
-        Ok(headers)
+        headers
     }
 
     fn send_error(&self, call: &Call, err: reqwest::Error) -> Error {

@@ -65,7 +65,6 @@ fn unix_now() -> u64 {
 
 struct JobRec {
     org: String,
-    created: std::time::SystemTime,
     json: Value,
     /// `(label, file id)` of the n-shot training files: a checkpoint's classes and examples when
     /// a batch job uses it.
@@ -138,8 +137,8 @@ impl FineTuningStore {
     }
 
     /// Every job of `org` with its creation time, for `GET /jobs`.
-    pub fn listed(&self, org: &str) -> Vec<(std::time::SystemTime, Value)> {
-        self.jobs.lock().iter().filter(|j| j.org == org).map(|j| (j.created, j.json.clone())).collect()
+    pub fn listed(&self, org: &str) -> Vec<Value> {
+        self.jobs.lock().iter().filter(|j| j.org == org).map(|j| j.json.clone()).collect()
     }
 }
 
@@ -302,7 +301,7 @@ async fn create(State(shared): State<Arc<Shared>>, headers: HeaderMap, raw: axum
     let examples = body.get("training_files").and_then(Value::as_array).into_iter().flatten()
         .filter_map(|f| Some((f.get("label")?.as_str()?.to_string(), f.get("file_id")?.as_str()?.to_string())))
         .collect();
-    let mut rec = JobRec { org, created: std::time::SystemTime::now(), json: job.clone(), examples, events: Vec::new(),
+    let mut rec = JobRec { org, json: job.clone(), examples, events: Vec::new(),
                            checkpoints: Vec::new(), metrics: Vec::new() };
     rec.event("INFO", "job.created", "Job created.".into(), None);
     shared.fine_tuning.jobs.lock().push(rec);
@@ -499,7 +498,7 @@ mod tests {
     fn a_checkpoints_training_window_and_labels() {
         let store = FineTuningStore::default();
         let job = |org: &str, window: Value, checkpoint: &str| JobRec {
-            org: org.into(), created: std::time::SystemTime::now(),
+            org: org.into(),
             json: json!({"method": {"type": "head", "head": {"reader": {"window_size": window}}}}),
             examples: vec![("idle".into(), "i1.csv".into()), ("busy".into(), "b.csv".into()), ("idle".into(), "i2.csv".into())],
             events: vec![],

@@ -25,13 +25,13 @@ pub(crate) async fn all_jobs(State(shared): State<Arc<Shared>>, headers: HeaderM
         return Err(ApiError::invalid_request(format!("Query parameter 'status' is {s:?}; it takes one of {}.", STATUSES.join(", "))));
     }
     let mut jobs = shared.fine_tuning.listed(&org);
-    jobs.extend(shared.batch.jobs.lock().iter().filter(|j| j.org == org).map(|j| (j.created, j.json.clone())));
+    jobs.extend(shared.batch.jobs.lock().iter().filter(|j| j.org == org).map(|j| j.json.clone()));
     // Newest first, by the ids' TypeID bodies (the order the jobs were made, whichever kind):
     // the order in which a cursor whose job has since left the list (deleted, or no longer
     // matching `status`) still marks its place.
     let mut items: Vec<(String, serde_json::Value)> = jobs.into_iter()
-        .filter(|(_, j)| status.is_none_or(|s| j["status"].as_str().is_some_and(|js| js.eq_ignore_ascii_case(s))))
-        .map(|(_, j)| (j["id"].as_str().unwrap_or_default().to_string(), j)).collect();
+        .filter(|j| status.is_none_or(|s| j["status"].as_str().is_some_and(|js| js.eq_ignore_ascii_case(s))))
+        .map(|j| (j["id"].as_str().unwrap_or_default().to_string(), j)).collect();
     let body = |id: &str| id.rsplit_once('_').map_or(id, |(_, body)| body).to_string();
     items.sort_by_cached_key(|(id, _)| std::cmp::Reverse(body(id)));
     Ok(Json(page(items, &params, shared.page_size)?).into_response())

@@ -81,7 +81,7 @@ async fn create_job(State(shared): S, headers: HeaderMap, raw: axum::body::Bytes
         "created_at": timestamp(SystemTime::now()), "started_at": null, "completed_at": null, "failed_at": null,
         "cancelled_at": null, "parameters": plan.parameters, "num_inputs": plan.inputs.len(), "errors": [], "org_id": org,
     });
-    let mut job = JobRec { org, id: id.clone(), created: SystemTime::now(), json: json.clone(), inputs: plan.inputs,
+    let mut job = JobRec { org, id: id.clone(), json: json.clone(), inputs: plan.inputs,
                            events: vec![], progress: vec![], outputs: vec![], attempt: 0, started: None };
     job.event(&shared.batch.event_ids, "INFO", "job.created", format!("Job created with {} inputs", job.inputs.len()), None);
     job.progress("job", "Queued".to_string());

@@ -54,7 +54,6 @@ pub(crate) struct OutputRec {
 pub(crate) struct JobRec {
     pub org: String,
     pub id: String,
-    pub created: SystemTime,
     /// The job record as served; `status` and the times change in place.
     pub json: Value,
     pub inputs: Vec<InputRec>,
