@@ -187,6 +187,17 @@ def test_an_output_without_a_ref_or_name_costs_only_that_file(call, tmp_path):
     assert "ref" in str(info.value.failed["out_1"]) and "filename" in str(info.value.failed["out_3"])
 
 
+@pytest.mark.parametrize("name", ["..", ".", "nested/..", "/"])
+def test_a_server_name_that_names_no_file_costs_only_that_file(call, tmp_path, name):
+    """`..` as a listed filename gave a bare OSError (the folder's parent is a folder); it is the
+    server's data, so that output fails with a validation error naming it and the rest are written."""
+    with Storage([("out_1", name), ("out_2", "b.csv")]) as storage:
+        with pytest.raises(APIResponseValidationError, match="out_1.*names no file") as info:
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path / "z"))
+    assert info.value.written == [tmp_path / "z" / "b.csv"]
+    assert sorted(p.name for p in (tmp_path / "z").iterdir()) == ["b.csv"]
+
+
 def test_every_failure_is_told_and_the_written_files_listed(call, tmp_path):
     """Two files failing for good: only the first was raised, with nothing saying a second was
     missing or which files were written. The first failure's class is kept (its catchers still

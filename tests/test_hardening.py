@@ -161,6 +161,20 @@ def test_every_record_missing_a_required_field_is_a_validation_error():
         checked.add(name)
     assert {"Agent", "Bundle", "Node", "BatchJob", "FineTuningJob", "Checkpoint", "FileRecord"} <= checked
 
+def test_changing_a_records_nested_field_leaves_to_dict_as_received():
+    """`to_dict()` promises the JSON as received; the fields shared the answer's nested lists and
+    dicts, so editing `job.errors` in place changed it."""
+    from sensorium.types import FineTuningJob
+
+    answer_body = {"id": "ftj_1", "errors": [{"code": "x"}], "training_files": ["a.csv"], "hyper": {"lr": 1}}
+    job = FineTuningJob.from_dict(answer_body)
+    assert job.errors is not None and job.training_files is not None
+    job.errors[0]["code"] = "edited"
+    job.training_files.append("b.csv")
+    job.extra["hyper"]["lr"] = 2
+    assert job.to_dict() == {"id": "ftj_1", "errors": [{"code": "x"}], "training_files": ["a.csv"], "hyper": {"lr": 1}}
+
+
 
 # 4: a body that stops mid-way
 

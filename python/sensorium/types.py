@@ -75,7 +75,11 @@ class _Record:
         for name, build in cls._nested.items():
             if isinstance(known.get(name), list):
                 known[name] = [build(item) if isinstance(item, dict) else item for item in known[name]]
-        return cls(**known, extra={k: v for k, v in data.items() if k not in names}, _raw=data)
+        # The fields share the answer's nested dicts and lists; `_raw` keeps a copy of its own, so
+        # changing `record.metadata` in place does not change what `to_dict()` says was received.
+        # Flat records (most of a list) skip the copy.
+        raw = copy.deepcopy(data) if any(isinstance(v, (dict, list)) for v in data.values()) else data
+        return cls(**known, extra={k: v for k, v in data.items() if k not in names}, _raw=raw)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as the platform sent it (unknown fields included)."""
