@@ -154,6 +154,25 @@ def test_an_error_no_window_escapes_stops_the_batch(client_kind, case, cause):
     assert again.not_sent == err.not_sent and again.failed == err.failed
 
 
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_a_model_of_no_known_family_is_heard_once_before_the_rest_is_sent(client_kind, per_channel):
+    """A reasoning model behind a prefix the client cannot place (a user's fine-tuned model) was
+    sent up to `concurrency` billed queries (64 by default) before its first text answer stopped
+    the batch. The first request now goes alone; an encoder behind such a prefix then runs as usual."""
+    models = [*DEFAULT_MODELS, {"id": "Acme::ft-reason-1", "family": "reasoner"},
+              {"id": "Acme::ft-enc-1", "family": "encoder"}]
+    with Emulator(models=models) as emu:
+        with pytest.raises(EmbedManyError) as info:
+            run_on(client_kind, lambda c: c.embed_many("Acme::ft-reason-1", MANY, per_channel=per_channel), **options(emu))
+        assert len(calls(emu, "/query")) == 1
+        assert isinstance(info.value.__cause__, InvalidArgumentError) and len(info.value.not_sent) == 299
+        emu.clear_requests()
+        got = run_on(client_kind, lambda c: c.embed_many("Acme::ft-enc-1", MANY[:40], per_channel=per_channel),
+                     **options(emu))
+        want = run_on(client_kind, lambda c: c.embed_many(ENCODER, MANY[:40], per_channel=per_channel), **options(emu))
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("model", [REASONER, "Newton::c2_4_7b_251215a172f6d7"])
 def test_a_reasoning_model_is_refused_before_sending(emu, client_kind, model):
     with pytest.raises(InvalidArgumentError) as info:

@@ -28,6 +28,7 @@ use crate::client::query;
 use crate::client::sse;
 use crate::client::websocket::{Credential, Socket};
 use crate::client::{Error, Transport};
+use crate::wire::models::{family_of_id, ModelFamily};
 
 #[pyclass(module = "sensorium._core", name = "CoreClient", frozen)]
 pub struct CoreClient {
@@ -374,7 +375,11 @@ impl CoreClient {
                     }
                 };
                 let template = query::BodyTemplate::new(&model, normalize_input)?;
-                Ok(EmbedBatch::new(embed_many::Batch::new(self.transport(), concurrency), template, per_channel))
+                // A prefix that does not name an encoder family may hide a reasoning model: the
+                // batch hears its first answer before sending the rest.
+                let probe_first = family_of_id(&model) != Some(ModelFamily::Encoder);
+                let batch = embed_many::Batch::new(self.transport(), concurrency, probe_first);
+                Ok(EmbedBatch::new(batch, template, per_channel))
             };
             build().map_err(|e| to_pyerr(py, e))
         })

@@ -11,7 +11,7 @@
 //! windows not sent are reported as such. Cancelling the batch drops every request in flight.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -63,6 +63,9 @@ pub struct Batch {
     transport: Transport,
     permits: Arc<Semaphore>,
     concurrency: usize,
+    /// Set while the batch sends one request alone before the others (see [`Batch::new`]);
+    /// cleared by its answer, which lets the rest of `concurrency` go.
+    probing: AtomicBool,
     /// Windows submitted but not finished beyond which the caller waits (`room`); 0 until the
     /// first window says how many requests a window takes.
     capacity: AtomicUsize,
@@ -81,13 +84,18 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// `concurrency` requests in flight at most.
-    pub fn new(transport: Transport, concurrency: usize) -> Arc<Self> {
+    /// `concurrency` requests in flight at most. With `probe_first`, the first request goes
+    /// alone and the others wait for its answer: for a model whose prefix does not say it is an
+    /// encoder (a user's fine-tuned model, a family newer than this client), a reasoning model
+    /// behind it answers text, and sending `concurrency` billed queries before the first answer
+    /// says so would waste them. One round trip at the start costs a batch nothing it would notice.
+    pub fn new(transport: Transport, concurrency: usize, probe_first: bool) -> Arc<Self> {
         let concurrency = concurrency.clamp(1, MAX_CONCURRENCY);
         Arc::new(Batch {
             transport,
-            permits: Arc::new(Semaphore::new(concurrency)),
+            permits: Arc::new(Semaphore::new(if probe_first { 1 } else { concurrency })),
             concurrency,
+            probing: AtomicBool::new(probe_first),
             capacity: AtomicUsize::new(0),
             channels: Mutex::new(None),
             vectors: Mutex::new(Vec::new()),
@@ -190,7 +198,7 @@ impl Batch {
 
     async fn run_window(&self, index: usize, window: PreparedWindow) {
         let rows_per_request = if window.bodies.len() == 1 { window.channels } else { 1 };
-        let requests = window.bodies.into_iter().map(|body| self.request(body, rows_per_request));
+        let requests = window.bodies.into_iter().map(|body| self.request(index, body, rows_per_request));
         let answers = futures_util::future::join_all(requests).await;
         let mut rows: Vec<Vec<f32>> = Vec::with_capacity(answers.len());
         let mut failure = None;
@@ -231,7 +239,7 @@ impl Batch {
     }
 
     /// One request's answer, or `None` when the batch stopped before it was sent.
-    async fn request(&self, body: Bytes, rows: usize) -> Option<Result<Vec<f32>, Error>> {
+    async fn request(&self, index: usize, body: Bytes, rows: usize) -> Option<Result<Vec<f32>, Error>> {
         let _permit = match self.permits.acquire().await {
             Ok(permit) => permit,
             Err(_) => return Some(Err(Error::Config("embed_many: the batch was closed".into()))),
@@ -251,6 +259,18 @@ impl Batch {
                 Some(transport.pacer()),
             )
             .await;
+        match &answer {
+            // Stopped here, before the permit goes to the next request (a per-channel window's
+            // other channels among them), not when the whole window has finished.
+            Err(err) if stops_the_batch(err) => {
+                let _ = self.stopped_by.set(index);
+            }
+            _ => {
+                if self.probing.swap(false, Ordering::AcqRel) {
+                    self.permits.add_permits(self.concurrency - 1);
+                }
+            }
+        }
         Some(answer)
     }
 
