@@ -236,14 +236,19 @@ def test_wait_sees_the_end_in_the_logs_when_the_status_lags(agents_emu, run):
     assert agent.status == "completed" and time.monotonic() - t0 < 20
     # The record and its JSON agree: to_dict() said "running" while .status said "completed".
     assert agent.to_dict()["status"] == "completed" and agent.id == started.id
+    # An ended run has a completed_at (the spec: null only while unfinished): the lagging record
+    # has none yet, so the terminal log line's time is taken.
     with agents_emu.client() as client:
         assert client.agents.instances.get(started.id).status == "running", "the record still lags"
+        (line,) = [log for log in client.agents.instances.logs(started.id) if log.event_type == "job.completed"]
+    assert agent.completed_at == line.created_at and agent.to_dict()["completed_at"] == line.created_at
     # Cancel answers 409 (the run has ended) while the record still says running: the agent
     # returned is the ended one, as wait() returns it, not a "running" one.
     with pytest.raises(ConflictError):
         run(lambda c: c.agents.instances.cancel(started.id))
     canceled = run(lambda c: c.agents.instances.cancel(started.id, ok_if_terminal=True))
     assert canceled.status == "completed" and canceled.is_terminal and canceled.to_dict()["status"] == "completed"
+    assert canceled.completed_at == line.created_at
 
 
 def test_ctrl_c_interrupts_a_blocking_wait(agents_emu, tmp_path):

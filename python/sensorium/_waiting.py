@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Optional, TypeVar
+from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
 from ._arguments import flag
 from ._endpoints import Operation, Request, Scrub, Sleep
@@ -56,15 +56,27 @@ def agent_failure(record: Any, logs: list[AgentLog], what: str) -> SensoriumErro
     return AgentRunError(f"{what} failed: {error or '(no error given)'}", agent=record, error=error, logs=logs)
 
 
+def _terminal_line(logs: list[AgentLog]) -> Optional[AgentLog]:
+    return next((log for log in logs if log.event_type in TERMINAL_EVENTS), None)
+
+
 def ended_in(logs: list[AgentLog]) -> Optional[str]:
     """The terminal status the log lines show (``completed``, ``failed``, ``canceled``), if any."""
-    return next((TERMINAL_EVENTS[log.event_type] for log in logs if log.event_type in TERMINAL_EVENTS), None)
+    line = _terminal_line(logs)
+    return None if line is None else TERMINAL_EVENTS[line.event_type or ""]
 
 
-def with_status(record: R, status: str) -> R:
+def with_status(record: R, status: str, logs: Sequence[AgentLog] = ()) -> R:
     """``record`` saying ``status``, in its attributes and in ``to_dict()`` alike (a record whose
-    attribute and JSON disagreed would tell a caller who saves ``to_dict()`` the stale status)."""
-    rebuilt: R = type(record).from_dict({**record.to_dict(), "status": status})  # type: ignore[attr-defined]
+    attribute and JSON disagreed would tell a caller who saves ``to_dict()`` the stale status).
+    A lagging record has no ``completed_at`` yet either (the spec: null only while unfinished); the
+    terminal log line's time fills it, so an ended run never reads as ended at no time."""
+    fields = {**record.to_dict(), "status": status}  # type: ignore[attr-defined]
+    line = _terminal_line(list(logs))
+    if hasattr(record, "completed_at") and fields.get("completed_at") is None and line is not None \
+            and line.created_at is not None:
+        fields["completed_at"] = line.created_at
+    rebuilt: R = type(record).from_dict(fields)  # type: ignore[attr-defined]
     return rebuilt
 
 
@@ -206,7 +218,7 @@ def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], R
                 status = status_of(record)
             if status not in TERMINAL_STATUSES and ended is not None:
                 status = ended
-                record = with_status(record, ended)
+                record = with_status(record, ended, logs)
             bar.show(status or "?", counts(record))
             if status in TERMINAL_STATUSES:
                 if status == "failed":

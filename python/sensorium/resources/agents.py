@@ -413,8 +413,9 @@ class Instances(Resource):
         409 says the run has ended)."""
         if current.is_terminal:
             return current
-        ended = ended_in((yield self._recent_logs(agent_id)))
-        return with_status(current, ended) if ended is not None else current
+        logs = yield self._recent_logs(agent_id)
+        ended = ended_in(logs)
+        return with_status(current, ended, logs) if ended is not None else current
 
     def events(self, agent_id: str) -> Any:
         """The run's events, page by page."""
