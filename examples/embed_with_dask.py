@@ -17,6 +17,7 @@ platform instead:
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from typing import Any, Optional
@@ -83,8 +84,11 @@ def embed_partitioned(windows: Any, model: str = ENCODER, *, per_channel: bool =
     if not failed:
         return vectors
     cause = next(part[3] for part in parts if part[1])
+    # The cause names the window by its index in its partition ("windows[2]: holds a NaN"): the
+    # message names it once, by its index in `windows`.
+    reason = re.sub(r"^windows\[\d+\]: ", "", str(cause))
     raise EmbedManyError(
-        f"{len(failed)} of {len(vectors)} windows failed, the first windows[{failed[0]}]: {cause}. The others are in "
+        f"{len(failed)} of {len(vectors)} windows failed, the first windows[{failed[0]}]: {reason}. The others are in "
         ".partial (NaN rows for the failed ones, listed in .failed).",
         partial=vectors,
         failed=failed,

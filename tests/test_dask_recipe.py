@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -94,6 +95,8 @@ def test_a_bad_window_costs_only_its_row_and_is_named_by_its_index_in_the_whole_
     assert failure is not None, "a window with a NaN did not fail"
     assert failure["failed"] == [BAD] and failure["not_sent"] == []
     assert f"windows[{BAD}]" in failure["message"] and failure["cause"] == "InvalidArgumentError"
+    # Named once, by its index in the whole array: not also by its index in its partition.
+    assert re.findall(r"windows\[\d+\]", failure["message"]) == [f"windows[{BAD}]"], failure["message"]
     partial, vectors = np.load(out / "partial.npy"), np.load(out / "vectors.npy")
     assert np.isnan(partial[BAD]).all()
     keep = np.arange(len(partial)) != BAD

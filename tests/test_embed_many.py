@@ -119,6 +119,8 @@ def test_a_failing_window_leaves_the_others_in_partial(emu, client_kind):
     np.testing.assert_array_equal(err.partial[keep], expected[keep])
     again = pickle.loads(pickle.dumps(err))
     assert again.failed == err.failed and np.array_equal(again.partial, err.partial, equal_nan=True)
+    # The cause is the error to fix, and a Dask or multiprocessing caller only ever sees a pickle.
+    assert isinstance(again.__cause__, QueryFailedError) and str(again.__cause__) == str(err.__cause__)
 
 
 MANY = RNG.normal(size=(300, 2, 16))

@@ -120,3 +120,16 @@ def test_a_sparse_column_or_a_nested_columns_list_is_named():
         with pytest.raises(InvalidArgumentError) as info:
             sensorium.windows(df, window=64, columns=columns)
         assert info.value.argument == "columns"
+
+
+def test_a_column_name_two_columns_share_is_refused_naming_it():
+    """`columns=["vib"]` on a DataFrame with two columns named "vib" gave two channels for the one
+    name asked for."""
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame(np.arange(40.0).reshape(10, 4), columns=["vib", "temp", "vib", "rpm"])
+    with pytest.raises(InvalidArgumentError) as info:
+        sensorium.windows(df, window=5, columns=["rpm", "vib"])
+    assert info.value.argument == "columns" and "'vib'" in str(info.value) and "temp" in str(info.value)
+    # Names no other column shares still pick as before; no columns= takes every column in order.
+    assert sensorium.windows(df, window=5, columns=["rpm", "temp"]).shape == (2, 2, 5)
+    assert sensorium.windows(df, window=5).shape == (2, 4, 5)

@@ -60,6 +60,13 @@ def _recording(data: Any, columns: Optional[Sequence[Any]]) -> np.ndarray:
                 raise InvalidArgumentError(
                     f"columns: {missing!r} not in the DataFrame's columns {list(data.columns)!r}", argument="columns"
                 )
+            # A name two columns share picks both: one name asked for would give two channels.
+            shared = list(dict.fromkeys(c for c in columns if np.count_nonzero(data.columns == c) > 1))
+            if shared:
+                raise InvalidArgumentError(
+                    f"columns: {shared!r} names more than one of the DataFrame's columns {list(data.columns)!r}; "
+                    "rename them (df.columns = [...]) or pick from df.iloc[:, [...]]", argument="columns"
+                )
             data = data[list(columns)]
         bad = [str(c) for c, dt in data.dtypes.items() if dt.kind not in "iuf"]
         if bad:

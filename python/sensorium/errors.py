@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import json as _json
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,8 +57,19 @@ __all__ = [
 def _state(error: BaseException) -> dict[str, Any]:
     """What a pickled error carries besides its constructor's arguments: every attribute set on
     it, such as the ``written`` and ``failed`` a download's error is told (restored by
-    ``BaseException.__setstate__``; an object in both is stored once)."""
-    return dict(error.__dict__)
+    ``BaseException.__setstate__``; an object in both is stored once). Also ``__cause__`` when it
+    pickles: an ``EmbedManyError``'s cause is the error to fix, and a Dask or multiprocessing
+    worker's error always reaches its caller pickled (Python drops the cause there)."""
+    state = dict(error.__dict__)
+    cause = error.__cause__
+    if cause is not None:
+        try:
+            pickle.dumps(cause)
+        except Exception:  # an unpicklable cause costs only itself
+            pass
+        else:
+            state["__cause__"] = cause
+    return state
 
 
 class SensoriumError(Exception):
