@@ -34,26 +34,53 @@ pub const BODY_CAPTURE_LIMIT: usize = 1024 * 1024;
 /// grow without bound.
 const MAX_RECORDS: usize = 10_000;
 
+/// The bodies the log keeps, in all: past it the oldest records lose their body (their method,
+/// path, headers, status and `body_len` stay). 10,000 records of up to 1 MiB each let an
+/// embedding benchmark's in-process emulator hold gigabytes (10,000 (4, 1024) windows: 0.9 GB);
+/// tests assert on the bodies of their last requests, which this keeps (about 800 such windows).
+const BODY_BUDGET: usize = 64 * 1024 * 1024;
+
 #[derive(Default)]
 pub(crate) struct Recorder {
-    records: Mutex<VecDeque<RecordedRequest>>,
+    log: Mutex<Log>,
+}
+
+#[derive(Default)]
+struct Log {
+    records: VecDeque<RecordedRequest>,
+    /// Bytes of the bodies still kept.
+    body_bytes: usize,
+    /// Records before this position keep no body, so stripping resumes here.
+    stripped: usize,
 }
 
 impl Recorder {
     pub fn push(&self, record: RecordedRequest) {
-        let mut records = self.records.lock();
-        if records.len() >= MAX_RECORDS {
-            records.pop_front();
+        let mut log = self.log.lock();
+        if log.records.len() >= MAX_RECORDS {
+            if let Some(Some(body)) = log.records.pop_front().map(|r| r.body) {
+                log.body_bytes -= body.len();
+            }
+            log.stripped = log.stripped.saturating_sub(1);
         }
-        records.push_back(record);
+        log.body_bytes += record.body.as_ref().map_or(0, Bytes::len);
+        log.records.push_back(record);
+        while log.body_bytes > BODY_BUDGET {
+            let at = log.stripped;
+            let Some(oldest) = log.records.get_mut(at) else { break };
+            if let Some(body) = oldest.body.take() {
+                log.body_bytes -= body.len();
+            }
+            log.stripped += 1;
+        }
     }
 
     pub fn all(&self) -> Vec<RecordedRequest> {
-        self.records.lock().iter().cloned().collect()
+        self.log.lock().records.iter().cloned().collect()
     }
 
     pub fn clear(&self) {
-        self.records.lock().clear();
+        *self.log.lock() = Log::default();
     }
 }
 
@@ -108,6 +135,39 @@ pub(crate) fn attempt_from_header(value: Option<&str>) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_body(len: usize) -> RecordedRequest {
+        RecordedRequest {
+            method: "POST".into(),
+            path: "/v0.5/query".into(),
+            query: String::new(),
+            headers: Vec::new(),
+            attempt: 1,
+            org: None,
+            body: Some(Bytes::from(vec![b' '; len])),
+            body_len: len as u64,
+            status: 200,
+        }
+    }
+
+    #[test]
+    fn the_oldest_bodies_go_past_the_budget_and_the_records_stay() {
+        let recorder = Recorder::default();
+        let len = BODY_CAPTURE_LIMIT;
+        let count = BODY_BUDGET / len + 50;
+        for _ in 0..count {
+            recorder.push(with_body(len));
+        }
+        let all = recorder.all();
+        assert_eq!(all.len(), count);
+        let kept: Vec<bool> = all.iter().map(|r| r.body.is_some()).collect();
+        assert_eq!(kept.iter().filter(|k| **k).count(), BODY_BUDGET / len);
+        assert!(kept[..50].iter().all(|k| !k) && kept[50..].iter().all(|k| *k), "the newest bodies are kept");
+        assert!(all.iter().all(|r| r.body_len == len as u64));
+        recorder.clear();
+        recorder.push(with_body(10));
+        assert_eq!(recorder.all()[0].body.as_ref().map(Bytes::len), Some(10));
+    }
 
     #[test]
     fn authorization_is_redacted() {
