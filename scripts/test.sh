@@ -11,7 +11,7 @@ echo "== .pyi stubs match the binary and the resources"
 # one is checked without editing this line). The allowlist holds only stubtest's known misreadings.
 stubbed=$(cd python && ls sensorium/resources/*.pyi | sed 's/\.pyi$//; s#/#.#g')
 .venv/bin/python -m mypy.stubtest sensorium._core $stubbed --allowlist scripts/stubtest-allowlist.txt
-echo "== mypy --strict on the package and examples/"
-.venv/bin/mypy --strict python/sensorium examples/
+echo "== mypy --strict on the package, examples/ and typed usage (tests/typing)"
+.venv/bin/mypy --strict python/sensorium examples/ tests/typing/
 echo "== Python tests"
 .venv/bin/python -m pytest tests -q -p no:cacheprovider "$@"

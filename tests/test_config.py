@@ -48,6 +48,18 @@ def test_environment_supplies_key_and_url(emu, no_env, monkeypatch):
         assert client.query(REASONER, "hello").status == "completed"
 
 
+@pytest.mark.parametrize("variable, argument", [("SENSORIUM_BASE_URL", "base_url"),
+                                                ("SENSORIUM_AGENTS_BASE_URL", "agents_base_url")])
+def test_a_bad_url_in_the_environment_names_the_variable(emu, no_env, monkeypatch, variable, argument):
+    """The message said `base_url: ... is not a valid URL` to a caller who passed no base_url."""
+    monkeypatch.setenv("SENSORIUM_API_KEY", emu.api_key)
+    monkeypatch.setenv("SENSORIUM_BASE_URL", emu.base_url)
+    monkeypatch.setenv(variable, "api.sensorium.example/v0.5")
+    with pytest.raises(ConfigurationError) as info:
+        sensorium.Client()
+    assert f"the {variable} environment variable" in str(info.value) and f"{argument}:" not in str(info.value)
+
+
 def test_arguments_take_precedence_over_environment(emu, no_env, monkeypatch):
     monkeypatch.setenv("SENSORIUM_API_KEY", "sk-not-a-real-key")
     monkeypatch.setenv("SENSORIUM_BASE_URL", "http://127.0.0.1:9/v0.5")
@@ -165,6 +177,19 @@ def test_default_headers_are_sent_and_overridable(emu):
         assert header(emu.requests[-1], "x-team") == "audio"
         client.files.info()
         assert header(emu.requests[-1], "x-team") == "vision"
+
+
+def test_with_options_adds_headers_to_the_clients_own(emu):
+    """A per-call trace header dropped the client's X-Team and its custom User-Agent."""
+    own = {"X-Team": "ml", "User-Agent": "pump-pipeline/1.0"}
+    with sensorium.Client(emu.api_key, emu.base_url, default_headers=own) as client:
+        traced = client.with_options(default_headers={"X-Trace-Id": "abc", "x-team": "audio"})
+        traced.files.info()
+        sent = emu.requests[-1]
+        assert (header(sent, "x-trace-id"), header(sent, "x-team"), header(sent, "user-agent")) == \
+            ("abc", "audio", "pump-pipeline/1.0")
+        traced.with_options(max_retries=0).files.info()
+        assert header(emu.requests[-1], "x-trace-id") == "abc"
 
 
 def test_default_headers_cannot_replace_authorization(emu):

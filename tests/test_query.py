@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,18 @@ def test_result_fields(client):
     assert raw["status"] == "completed"
     assert raw["response"]["response"] == result.texts
     assert result.query_id in repr(result)
+
+
+def test_an_encoder_answer_through_query_has_its_vectors(client):
+    """query() with an encoder and a numeric event gave the vectors only as JSON text in .text;
+    .vectors reads them as embed() does (and is None for a text answer)."""
+    window = np.random.default_rng(3).normal(size=(2, 64))
+    result = client.query(ENCODER, events=[events.numeric(window)])
+    assert result.vectors is not None and result.vectors.dtype == np.float32
+    np.testing.assert_array_equal(result.vectors, client.embed(ENCODER, window).vectors)
+    assert client.query(REASONER, "hi").vectors is None
+    again = pickle.loads(pickle.dumps(result))
+    np.testing.assert_array_equal(again.vectors, result.vectors)
 
 
 def test_sanitize_response_false_keeps_internal_fields(client):

@@ -205,9 +205,11 @@ class Client(_BaseClient):
         max_retries: int | NotGiven = NOT_GIVEN,
         default_headers: Mapping[str, str] | NotGiven = NOT_GIVEN,
     ) -> Client:
-        """A copy with other options, sharing this client's connections.
+        """A copy with other options, sharing this client's connections. ``default_headers`` are
+        added to this client's (a name it already has takes the new value).
 
         >>> client.with_options(timeout=5, max_retries=0).query(...)  # doctest: +SKIP
+        >>> traced = client.with_options(default_headers={"X-Trace-Id": "run-42"})  # doctest: +SKIP
         """
         return self._copy(dict(timeout=timeout, connect_timeout=connect_timeout, read_timeout=read_timeout,
                                max_retries=max_retries, default_headers=default_headers))

@@ -55,7 +55,12 @@ class Options:
     def derive(self, core: _core.CoreClient, changes: dict[str, Any]) -> tuple[Options, _core.CoreClient]:
         given = {k: v for k, v in changes.items() if not isinstance(v, NotGiven)}
         if "default_headers" in given:
-            given["default_headers"] = headers(given["default_headers"])
+            # Added to the client's own, a name given again replacing its value (header names
+            # compare case-insensitively), as openai-python's with_options does: a per-call trace
+            # header must not drop the team's User-Agent.
+            added = headers(given["default_headers"])
+            names = {name.lower() for name, _ in added}
+            given["default_headers"] = tuple(h for h in self.default_headers if h[0].lower() not in names) + added
         options = replace(self, **given)
         return options, core.with_options(
             options.timeout, options.connect_timeout, options.read_timeout, options.max_retries,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Callable, ClassVar, Optional, TypedDict, TypeVar
+from typing import Any, Callable, ClassVar, Optional, Sequence, TypedDict, TypeVar
 
 from ._core import Embeddings, NumericEvent, QueryResult, StreamEvent
 
@@ -526,8 +526,8 @@ class QueryParams(TypedDict, total=False):
     instruction_prompt: str
     response_start_prompt: str
     template_name: str
-    file_ids: list[str | FileRecord]
-    events: list[Any]
+    file_ids: Sequence[str | FileRecord]
+    events: Sequence[Any]
     max_new_tokens: int
     max_frames: int
     temperature: float

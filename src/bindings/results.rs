@@ -75,6 +75,17 @@ impl QueryResult {
         self.texts.first().map(String::as_str).unwrap_or("")
     }
 
+    /// An encoder's answer as float32 (channels, 768), read from the response; `None` for a
+    /// text answer. An encoder queried through `query()` (raw events, say) answers numbers,
+    /// which `text` can only show as their JSON; `embed()` is the direct way.
+    #[getter]
+    fn vectors<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyArray2<f32>>>> {
+        match crate::client::query::parse_embeddings(&self.raw, None) {
+            Ok((matrix, ..)) => Ok(Some(super::numeric::embeddings_array(py, matrix)?)),
+            Err(_) => Ok(None),
+        }
+    }
+
     /// The whole response as the service sent it.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         loads(py, &self.raw)

@@ -61,6 +61,7 @@ impl ClientConfig {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, Error> {
         let api_key = api_key.or_else(|| env(API_KEY_ENV)).filter(|k| !k.trim().is_empty());
+        let base_url_from_env = base_url.is_none();
         let base_url = base_url.or_else(|| env(BASE_URL_ENV)).filter(|u| !u.trim().is_empty());
         let (api_key, base_url) = match (api_key, base_url) {
             (Some(k), Some(u)) => (k, u),
@@ -82,7 +83,7 @@ impl ClientConfig {
         };
         Ok(ClientConfig {
             api_key: ApiKey::new(api_key.trim()),
-            root: root_url(&base_url)?,
+            root: root_url(&base_url).map_err(|e| from_variable(e, base_url_from_env, "base_url", BASE_URL_ENV))?,
             agents_base: None,
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
@@ -93,23 +94,18 @@ impl ClientConfig {
     /// Sets the agents prefix from an argument or `SENSORIUM_AGENTS_BASE_URL`; kept verbatim
     /// (less a trailing `/`), since it names exactly where `/agents` hangs.
     pub fn set_agents_base(&mut self, given: Option<String>, env: impl Fn(&str) -> Option<String>) -> Result<(), Error> {
+        let from_env = given.is_none();
         let Some(text) = given.or_else(|| env(AGENTS_BASE_URL_ENV)).filter(|u| !u.trim().is_empty()) else {
             self.agents_base = None;
             return Ok(());
         };
-        let trimmed = text.trim().trim_end_matches('/');
-        let shown = without_credentials(trimmed);
-        let url = Url::parse(trimmed)
-            .map_err(|e| Error::Config(format!("agents_base_url: {shown:?} is not a valid URL ({e})")))?;
-        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-            return Err(Error::Config(format!(
-                "agents_base_url: {shown:?} must be an http:// or https:// URL with a host"
-            )));
-        }
-        refuse_credentials(&url, "agents_base_url")?;
-        self.agents_base = Some(trimmed.to_string());
+        self.agents_base = Some(
+            agents_base(&text).map_err(|e| from_variable(e, from_env, "agents_base_url", AGENTS_BASE_URL_ENV))?,
+        );
         Ok(())
     }
+
+
 
     /// Where `/agents/...` paths go.
     pub fn agents_base_url(&self) -> String {
@@ -128,6 +124,31 @@ impl ClientConfig {
     /// The absolute URL of `path` (which starts with `/`) under the default version.
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base_url(), path)
+    }
+}
+
+/// The agents prefix as given, less a trailing `/`, once checked.
+fn agents_base(text: &str) -> Result<String, Error> {
+    let trimmed = text.trim().trim_end_matches('/');
+    let shown = without_credentials(trimmed);
+    let url =
+        Url::parse(trimmed).map_err(|e| Error::Config(format!("agents_base_url: {shown:?} is not a valid URL ({e})")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(Error::Config(format!("agents_base_url: {shown:?} must be an http:// or https:// URL with a host")));
+    }
+    refuse_credentials(&url, "agents_base_url")?;
+    Ok(trimmed.to_string())
+}
+
+/// An error about `argument` told about `variable` instead when the value came from the
+/// environment: a caller who passed no `base_url=` would look for the mistake in their code.
+fn from_variable(err: Error, from_env: bool, argument: &str, variable: &str) -> Error {
+    match err {
+        Error::Config(message) if from_env => match message.strip_prefix(argument).and_then(|m| m.strip_prefix(':')) {
+            Some(rest) => Error::Config(format!("the {variable} environment variable:{rest}")),
+            None => Error::Config(message),
+        },
+        other => other,
     }
 }
 
@@ -251,6 +272,26 @@ mod tests {
         assert!(msg.contains("base_url") && msg.contains(BASE_URL_ENV), "{msg}");
         let msg = resolve(Some("k"), None).unwrap_err().to_string();
         assert!(!msg.contains(API_KEY_ENV) && msg.contains(BASE_URL_ENV), "{msg}");
+    }
+
+    #[test]
+    fn a_bad_url_from_the_environment_is_blamed_on_its_variable() {
+        let env = |name: &str| match name {
+            BASE_URL_ENV => Some("api.example/v0.5".to_string()),
+            AGENTS_BASE_URL_ENV => Some("ftp://h".to_string()),
+            _ => None,
+        };
+        let err = ClientConfig::resolve(Some("k".into()), None, env).unwrap_err().to_string();
+        assert!(err.contains("the SENSORIUM_BASE_URL environment variable: \"api.example/v0.5\""), "{err}");
+        assert!(!err.contains("base_url:"), "{err}");
+        // Passed as an argument, the argument is named.
+        let err = ClientConfig::resolve(Some("k".into()), Some("api.example".into()), env).unwrap_err().to_string();
+        assert!(err.starts_with("base_url: "), "{err}");
+        let mut cfg = resolve(Some("k"), Some("http://h:1")).unwrap();
+        let err = cfg.set_agents_base(None, env).unwrap_err().to_string();
+        assert!(err.contains("the SENSORIUM_AGENTS_BASE_URL environment variable: \"ftp://h\""), "{err}");
+        let err = cfg.set_agents_base(Some("ftp://h".into()), env).unwrap_err().to_string();
+        assert!(err.starts_with("agents_base_url: "), "{err}");
     }
 
     #[test]
