@@ -68,8 +68,9 @@ def test_a_base_url_with_credentials_is_refused_without_printing_them(url, monke
         sensorium.Client(api_key="k", base_url=url)
     assert "base_url" in str(info.value) and "hunter2" not in str(info.value) and "bob" not in str(info.value)
     monkeypatch.setenv("SENSORIUM_BASE_URL", url)
-    with pytest.raises(ConfigurationError, match="base_url"):
+    with pytest.raises(ConfigurationError, match="SENSORIUM_BASE_URL environment variable") as info:
         sensorium.Client(api_key="k")
+    assert "hunter2" not in str(info.value) and "bob" not in str(info.value)
 
 
 def test_a_capital_version_in_the_base_url_is_the_version(emu):
