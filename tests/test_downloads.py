@@ -14,7 +14,9 @@ import pytest
 
 from _fake_server import FakeServer, response
 from _helpers import run_on
-from sensorium.errors import APIResponseValidationError, InvalidArgumentError, NotFoundError, PermissionDeniedError
+from sensorium.errors import (
+    APIResponseValidationError, DownloadError, InvalidArgumentError, NotFoundError, PermissionDeniedError, SensoriumError,
+)
 
 
 def content(name: str) -> bytes:
@@ -215,8 +217,56 @@ def test_every_failure_is_told_and_the_written_files_listed(call, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"part_{i}.csv" for i in (0, 2, 4)]
     # A worker's error reaches its caller pickled (Dask, multiprocessing): the outcome goes with it.
     again = pickle.loads(pickle.dumps(error))
-    assert type(again) is NotFoundError and str(again) == str(error) and again.written == error.written
+    assert type(again) is type(error) and isinstance(again, NotFoundError) and isinstance(again, DownloadError)
+    assert str(again) == str(error) and again.written == error.written and again.status == 404
     assert list(again.failed) == ["out_1", "out_3"] and all(isinstance(e, NotFoundError) for e in again.failed.values())
+
+
+def test_a_multi_file_failure_is_a_download_error_and_keeps_its_class(call, tmp_path):
+    """`written` and `failed` were set at runtime on whatever class the first failure had and
+    declared nowhere, so typed code could not reach them. The error raised is now the first
+    failure's class made a DownloadError too (which declares them): `except NotFoundError` and
+    `except DownloadError` both catch it."""
+    with Storage([("out_1", "a.csv"), ("out_2", "b.csv")], broken={"a.csv"}) as storage:
+        with pytest.raises(DownloadError) as info:
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path))
+    error = info.value
+    assert isinstance(error, NotFoundError) and error.status == 404 and error.code == "NOT_FOUND"
+    assert type(error).__name__ == "NotFoundError" and repr(error).startswith("NotFoundError(")
+    assert error.written == [tmp_path / "b.csv"] and list(error.failed) == ["out_1"]
+    assert not isinstance(error.failed["out_1"], DownloadError), "each failure is kept as it came"
+    assert isinstance(pickle.loads(pickle.dumps(error)), DownloadError)
+
+
+def test_an_error_before_any_file_is_fetched_is_not_a_download_error(call, tmp_path):
+    """The docstring's recovery example caught SensoriumError and read `e.written`: an unknown job
+    (404 on the listing) raised AttributeError from inside the handler. Nothing was downloaded, so
+    that error is not a DownloadError; the documented `except DownloadError` lets it through."""
+    with Storage([], broken={"outputs"}) as storage:
+        with pytest.raises(NotFoundError) as info:
+            try:
+                call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_2", tmp_path / "p"))
+            except DownloadError as e:  # the docstring's handler
+                print(len(e.written), "written;", list(e.failed), "to fetch again")
+    assert not isinstance(info.value, DownloadError) and isinstance(info.value, SensoriumError)
+    assert not (tmp_path / "p").exists() or list((tmp_path / "p").iterdir()) == []
+
+
+def test_a_file_system_failure_stays_an_oserror_with_its_errno(call, tmp_path):
+    """A file that cannot be written (its name is taken by a folder) fails alone: the error is
+    the OSError subclass with its errno, and a DownloadError listing the file written."""
+    (tmp_path / "a.csv").mkdir()
+    (tmp_path / "a.csv" / "keep").write_text("x")
+    with Storage([("out_1", "a.csv"), ("out_2", "b.csv")]) as storage:
+        with pytest.raises(OSError) as info:
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path))
+    error = info.value
+    assert isinstance(error, DownloadError) and error.errno is not None
+    assert error.written == [tmp_path / "b.csv"] and list(error.failed) == ["out_1"]
+    assert "1 of 2" in str(error) and str(error.errno) in str(error)
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error) and again.errno == error.errno and again.written == error.written
+    assert isinstance(again.failed["out_1"], OSError)
 
 
 def test_an_empty_directory_is_refused_not_read_as_the_current_one(call, tmp_path, monkeypatch):

@@ -176,6 +176,41 @@ def test_changing_a_records_nested_field_leaves_to_dict_as_received():
 
 
 
+def test_records_hash_consistently_with_their_equality():
+    """Records are frozen dataclasses, but `set(client.files.list())` raised TypeError: the
+    dataclass hash hashed the `extra` dict and the dict and list fields. Equal records (built from
+    the same answer, keys in any order) now hash equal, nested records included, so they go in
+    sets and serve as dict keys; records that differ stay apart."""
+    from sensorium.types import Bundle, Checkpoint, FileRecord, FineTuningJob, LensSession
+
+    answers: list[tuple[Any, dict[str, Any]]] = [
+        (FileRecord, {"file_id": "a.csv", "num_bytes": 3, "brand_new": {"x": [1, 2]}}),
+        (Checkpoint, {"id": "ckp_1", "step": 5, "metrics": {"loss": 0.25, "acc": [0.5, 0.75]}}),
+        (FineTuningJob, {"id": "ftj_1", "errors": [{"code": "x"}], "training_files": ["a.csv"], "hyper": {"lr": 1}}),
+        (Bundle, {"id": "bnd_1", "values": {"window_size": 64}, "latest_runs": [
+            {"id": "agt_1", "status": "completed", "extra_field": {"k": "v"}}, {"id": "agt_2", "status": "failed"}]}),
+        (LensSession, {"session_id": "lsn-1", "api_key": "sk-secret", "lens_config": {"model_pipeline": []}}),
+    ]
+    for cls, answer in answers:
+        record = cls.from_dict(answer)
+        twin = cls.from_dict(json.loads(json.dumps(dict(reversed(list(answer.items()))))))
+        assert record == twin and hash(record) == hash(twin), cls.__name__
+        assert len({record, twin}) == 1 and {record: "seen"}[twin] == "seen"
+        assert pickle.loads(pickle.dumps(record)) in {record}
+    a, b = (FileRecord.from_dict({"file_id": "a.csv", "x": {"k": k}}) for k in (1, 2))
+    assert a != b and len({a, b}) == 2
+    first, second = (Bundle.from_dict({"id": "bnd_1", "latest_runs": [{"id": "agt_1", "status": s}]})
+                     for s in ("completed", "failed"))
+    assert first != second and len({first, second}) == 2
+    # A record changed in place (a dict field edited) hashes as its new value: no stale hash.
+    job = FineTuningJob.from_dict({"id": "ftj_1", "errors": [{"code": "x"}]})
+    other = FineTuningJob.from_dict({"id": "ftj_1", "errors": [{"code": "y"}]})
+    hash(job)
+    assert job.errors is not None
+    job.errors[0]["code"] = "y"
+    assert job == other and hash(job) == hash(other)
+
+
 # 4: a body that stops mid-way
 
 

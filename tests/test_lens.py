@@ -887,3 +887,43 @@ def test_socket_errors_name_the_argument_the_position_and_who_closed_it(emu, cli
     assert bad.argument == "event" and str(bad).startswith("event: holds a NaN")
     assert "channel 0, index 1" in str(bad)
     assert "closed by the caller" in str(closed) and "server" not in str(closed)
+
+
+def test_async_streams_and_sockets_close_when_awaited_and_have_aclose(emu):
+    """On AsyncClient the socket's `close()` is awaited but the event stream's was a plain method:
+    `await events.close()` raised TypeError, and neither had the `aclose()` AsyncClient has. Now
+    both close with `await x.close()` and `await x.aclose()`; the stream's `close()` called
+    plainly (as code written before) still closes it at once, with no unawaited-coroutine
+    warning."""
+    import warnings
+
+    import sensorium
+
+    session_id = running_session(emu, "sync", [NOOP, SSE])
+    feed(emu, session_id, 3)
+
+    async def main() -> list[Any]:
+        seen: list[Any] = []
+        async with sensorium.AsyncClient(api_key=emu.api_key, base_url=emu.base_url) as client:
+            for close in ("await close", "aclose", "plain close"):
+                events = client.lens.sessions.stream(session_id)
+                seen.append((await events.__anext__()).event_data["i"])
+                if close == "await close":
+                    assert await events.close() is None
+                elif close == "aclose":
+                    await events.aclose()
+                else:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("error")
+                        events.close()
+                with pytest.raises(StopAsyncIteration):  # closed: reading ends
+                    await events.__anext__()
+            for close in ("close", "aclose"):
+                socket = await client.lens.sessions.connect(session_id)
+                await socket.status()
+                await getattr(socket, close)()
+                with pytest.raises(APIConnectionError, match="closed by the caller"):
+                    await socket.status()
+        return seen
+
+    assert asyncio.run(main()) == [0, 0, 0]

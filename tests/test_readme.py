@@ -73,7 +73,7 @@ def test_the_readme_examples_run_as_written(tmp_path, monkeypatch):
             except Exception as e:  # say which example broke
                 pytest.fail(f"the example at README.md:{line} ({heading}) raised {type(e).__name__}: {e}")
         assert namespace["vectors"].shape[1:] == (3, 768)
-        assert namespace["job"].status == "COMPLETED" and namespace["paths"]
+        assert namespace["batch_job"].status == "COMPLETED" and namespace["paths"]
         with emu.client() as check:  # the last examples made clients of their own emulators
             assert {"recording-50GB.jsonl", "big.csv", "line3.csv"} <= {f.file_id for f in check.files.list()}
             # What the README says of progress=True without tqdm.

@@ -6,16 +6,17 @@ listed afresh and fetched again.
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 import unicodedata
 from pathlib import Path, PurePosixPath
-from typing import Any, Optional, Protocol, TypeVar
+from typing import Any, Optional, Protocol, TypeVar, cast
 
 from ._endpoints import CollectList, ListRequest, Native, Operation, Surface
 from ._progress import ProgressCallback
-from .errors import APIError, APIResponseValidationError, APIStatusError, InvalidArgumentError
+from .errors import (
+    APIResponseValidationError, APIStatusError, DownloadError, InvalidArgumentError, _download_error,
+)
 
 __all__ = ["DEFAULT_CONCURRENCY", "download_listed"]
 
@@ -99,12 +100,16 @@ def _unusable(record: _Listed) -> APIResponseValidationError:
     return APIResponseValidationError(f"{record.id} {reason} to download", body=repr(record)[:2000])
 
 
-def _summary(records: list[L], paths: list[Optional[Path]], outcomes: list[Any]) -> BaseException:
+def _summary(records: list[L], paths: list[Optional[Path]], outcomes: list[Any]) -> DownloadError:
     """The first failure, told the whole outcome: its message counts and names every file that
     failed, ``written`` lists the paths written and ``failed`` maps each failed record's id to its
-    error (as it came). It stays the first failure's own class, with its status and fields, so
-    ``except NotFoundError`` and the like still catch it."""
-    failed = {record.id: outcome for record, outcome in zip(records, outcomes) if isinstance(outcome, BaseException)}
+    error (as it came). It stays of the first failure's class, with its status and fields, so
+    ``except NotFoundError`` and the like still catch it, and is a ``DownloadError`` too, which
+    declares ``written`` and ``failed`` (see ``errors.DownloadError``)."""
+    # The core hands back Exception instances (never a KeyboardInterrupt and the like, which it
+    # raises), so `DownloadError.failed` declares Exception.
+    failed = {record.id: cast(Exception, outcome) for record, outcome in zip(records, outcomes)
+              if isinstance(outcome, BaseException)}
     written = [path for path, outcome in zip(paths, outcomes)
                if path is not None and not isinstance(outcome, BaseException)]
     first = next(iter(failed.values()))
@@ -115,18 +120,7 @@ def _summary(records: list[L], paths: list[Optional[Path]], outcomes: list[Any])
                                                 else "")
     message = f"{len(named)} of {len(records)} files not downloaded ({len(written)} written): {shown}"
     # A copy, so that `failed` keeps each failure as it came, the first one included.
-    try:
-        summary = copy.copy(first)
-    except Exception:  # an exception that cannot be rebuilt: told the outcome itself
-        summary = first
-    summary.args = (message,)
-    if isinstance(summary, APIError):
-        summary.message = message
-    elif isinstance(summary, OSError) and summary.strerror is not None:
-        summary.strerror = message  # an OSError with an errno prints its strerror, not its args
-    setattr(summary, "written", written)
-    setattr(summary, "failed", failed)
-    return summary
+    return _download_error(first, message, written, failed)
 
 
 def _expired(outcome: Any, reference: str) -> bool:

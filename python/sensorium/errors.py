@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json as _json
 import pickle
+import threading
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional, TypeVar, cast
 
 __all__ = [
     "SensoriumError",
@@ -50,13 +52,14 @@ __all__ = [
     "WaitTimeoutError",
     "JobFailedError",
     "EmbedManyError",
+    "DownloadError",
     "ErrorDetail",
 ]
 
 
 def _state(error: BaseException) -> dict[str, Any]:
     """What a pickled error carries besides its constructor's arguments: every attribute set on
-    it, such as the ``written`` and ``failed`` a download's error is told (restored by
+    it, such as a ``DownloadError``'s ``written`` and ``failed`` (restored by
     ``BaseException.__setstate__``; an object in both is stored once). Also ``__cause__`` when it
     pickles: an ``EmbedManyError``'s cause is the error to fix, and a Dask or multiprocessing
     worker's error always reaches its caller pickled (Python drops the cause there)."""
@@ -158,6 +161,114 @@ def _rebuild_embed_many_error(
     message: str, partial: Any, failed: list[int], not_sent: list[int] | None = None
 ) -> EmbedManyError:
     return EmbedManyError(message, partial=partial, failed=failed, not_sent=not_sent)
+
+
+class DownloadError(SensoriumError):
+    """Some files of a multi-file download (``batch.jobs.download_outputs``,
+    ``agents.instances.download_results``) failed for good; the others were written.
+
+    ``written`` lists the paths written (in listing order) and ``failed`` maps each failed file's
+    id to its error, as it came. The error raised is the first failure's own class (a
+    ``NotFoundError``, ``TransferError``, ``PermissionError``...) made a ``DownloadError`` as
+    well, with its status and fields: ``except NotFoundError`` still catches it, and ``except
+    DownloadError`` catches these whatever their class. An error that stops the call before any
+    file is fetched (an unknown job, a refused key) is not one: nothing was written.
+
+    Example::
+
+        from sensorium.errors import DownloadError
+
+        try:
+            paths = client.batch.jobs.download_outputs(job.id, "predictions/")
+        except DownloadError as e:
+            print(len(e.written), "written;", list(e.failed), "to fetch again")
+    """
+
+    written: list[Path]
+    failed: dict[str, Exception]
+
+    def __init__(self, message: str, *, written: Optional[list[Path]] = None,
+                 failed: Optional[dict[str, Exception]] = None) -> None:
+        super().__init__(message)
+        self.written = list(written or [])
+        self.failed = dict(failed or {})
+
+
+E = TypeVar("E", bound=BaseException)
+
+# The DownloadError twin of each error class a download has failed with, made once per class
+# (so that every NotFoundError a download raises is of one class).
+_DOWNLOAD_CLASSES: dict[type[BaseException], type[DownloadError]] = {}
+_DOWNLOAD_CLASSES_LOCK = threading.Lock()
+
+
+def _download_class(cls: type[BaseException]) -> Optional[type[DownloadError]]:
+    """``cls`` made a ``DownloadError`` too (a subclass of both, under ``cls``'s name), or
+    ``None`` for a class that cannot be combined with it (a layout of its own)."""
+    if issubclass(cls, DownloadError):
+        return cls
+    with _DOWNLOAD_CLASSES_LOCK:
+        made = _DOWNLOAD_CLASSES.get(cls)
+        if made is None:
+            try:
+                made = cast(type[DownloadError], type(cls.__name__, (cls, DownloadError), {
+                    "__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
+                    # Before the first failure's own __reduce__, which would name this class,
+                    # which pickle cannot find by its name.
+                    "__reduce__": _reduce_download_error,
+                }))
+            except TypeError:
+                return None
+            _DOWNLOAD_CLASSES[cls] = made
+        return made
+
+
+def _transplant(error: BaseException, cls: type[E]) -> E:
+    """An instance of ``cls`` holding what ``error`` holds (its args, attributes, cause and, for
+    an ``OSError``, errno and file names), without calling ``cls``'s constructor."""
+    out: Any = cls.__new__(cls)
+    out.__dict__.update(error.__dict__)
+    out.args = error.args
+    out.__cause__, out.__context__ = error.__cause__, error.__context__
+    out.__suppress_context__ = error.__suppress_context__
+    if isinstance(error, OSError):
+        out.errno, out.strerror = error.errno, error.strerror
+        out.filename, out.filename2 = error.filename, error.filename2
+    return cast(E, out)
+
+
+def _reduce_download_error(self: DownloadError) -> Any:
+    # Pickled as the first failure's plain class (whose own pickling carries the attributes,
+    # `written` and `failed` among them), made a DownloadError again when loaded.
+    base = next(c for c in type(self).__bases__ if c is not DownloadError)
+    return (_rebuild_download_error, (_transplant(self, base),))
+
+
+def _rebuild_download_error(plain: BaseException) -> BaseException:
+    made = _download_class(type(plain))
+    return plain if made is None else _transplant(plain, made)
+
+
+def _download_error(first: BaseException, message: str, written: list[Path],
+                    failed: dict[str, Exception]) -> DownloadError:
+    """The error a multi-file download raises: ``first`` (kept as it is, in ``failed``) copied
+    into its ``DownloadError`` twin, with ``message`` and the whole outcome."""
+    made = _download_class(type(first))
+    if made is None:
+        error = DownloadError(message, written=written, failed=failed)
+        error.__cause__ = first
+        return error
+    error = _transplant(first, made)
+    error.args = (message,)
+    if isinstance(error, APIError):
+        error.message = message
+    elif isinstance(error, OSError) and error.strerror is not None:
+        # An OSError with an errno prints its strerror, not its args; the errno stays in args
+        # so that a pickled copy keeps it.
+        error.strerror = message
+        error.args = (error.errno, message)
+    error.written, error.failed = written, failed
+    return error
 
 
 class WaitTimeoutError(SensoriumError, TimeoutError):

@@ -41,6 +41,23 @@ def _a(name: str) -> str:
     return f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
 
 
+def _frozen(value: Any) -> Any:
+    """``value`` in a hashable form that is equal wherever ``value`` is: a dict as the frozenset of
+    its items, a list or tuple as a tuple, a set as a frozenset (recursively). A value that
+    cannot be hashed otherwise counts only by its type, which equal values of one type share."""
+    if isinstance(value, dict):
+        return frozenset((_frozen(k), _frozen(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return frozenset(_frozen(v) for v in value)
+    try:
+        hash(value)
+    except TypeError:
+        return type(value).__qualname__
+    return value
+
+
 @dataclass(frozen=True)
 class _Record:
     """A record whose known fields are attributes; everything else stays in ``extra``.
@@ -80,6 +97,14 @@ class _Record:
         # Flat records (most of a list) skip the copy.
         raw = copy.deepcopy(data) if any(isinstance(v, (dict, list)) for v in data.values()) else data
         return cls(**known, extra={k: v for k, v in data.items() if k not in names}, _raw=raw)
+
+    def __hash__(self) -> int:
+        # The dataclass hash of the field tuple fails on the dict and list fields (and on
+        # `extra`): this one hashes a frozen copy of the same fields `__eq__` compares, so equal
+        # records hash equal. Computed on each call rather than cached: the dicts can be changed
+        # in place, and a cached hash would then disagree with `__eq__` (and str hashes differ
+        # between processes, so a cache would also be wrong in a pickled copy).
+        return hash((type(self).__qualname__, *(_frozen(getattr(self, f.name)) for f in fields(self) if f.compare)))
 
     def to_dict(self) -> dict[str, Any]:
         """The record as the platform sent it (unknown fields included)."""
@@ -516,6 +541,20 @@ def lens_session_status(value: Any) -> str:
         return _STATUS_NUMBERS[text]
     word = text.rsplit(".", 1)[-1].removeprefix("SESSION_STATUS_").lower()
     return word if word in ("registered", "running", "destroyed", "expired", "failed") else text
+
+
+# `@dataclass(frozen=True)` gives every record class a `__hash__` of its own (the field tuple's,
+# which fails on dicts); each gets `_Record.__hash__` back.
+def _record_classes(cls: type) -> list[type]:
+    found = [cls]
+    sub: type
+    for sub in cls.__subclasses__():
+        found += _record_classes(sub)
+    return found
+
+
+for _cls in _record_classes(_Record):
+    setattr(_cls, "__hash__", _Record.__hash__)
 
 
 class QueryParams(TypedDict, total=False):

@@ -273,17 +273,29 @@ class Blueprints(Resource):
                                       cursor_param=direction, start=start))
 
     def get(self, reference: str, *, yaml: bool = False) -> Any:
-        """One blueprint by ``blp_`` id or key, with its document (and YAML when ``yaml=True``)."""
+        """One blueprint by ``blp_`` id or key, with its document (and YAML when ``yaml=True``).
+
+        >>> bp = client.agents.blueprints.get("osm", yaml=True)  # doctest: +SKIP
+        >>> bp.blueprint_key, bp.yaml_document is not None  # doctest: +SKIP
+        ('osm', True)
+        """
         path = f"/agents/blueprints/{segment(reference, 'reference')}"
         return self._call(Request("GET", path, query(yaml=flag(yaml, "yaml") or None), surface="agents",
                                   cast=Blueprint.from_dict))
 
     def delete(self, reference: str) -> Any:
-        """Deletes a blueprint."""
+        """Deletes a blueprint.
+
+        >>> client.agents.blueprints.delete("my-osm")  # doctest: +SKIP
+        """
         return self._call(Request("DELETE", f"/agents/blueprints/{segment(reference, 'reference')}", surface="agents"))
 
     def versions(self, reference: str) -> Any:
-        """Every version that has held the key, newest first (replaced ones with their archived keys)."""
+        """Every version that has held the key, newest first (replaced ones with their archived keys).
+
+        >>> [(v.id, v.is_active) for v in client.agents.blueprints.versions("my-osm")]  # doctest: +SKIP
+        [('blp_...', True), ('blp_...', False)]
+        """
         path = f"/agents/blueprints/{segment(reference, 'reference')}/versions"
         return self._list(ListRequest(path, BlueprintSummary.from_dict, surface="agents"))
 
@@ -321,13 +333,21 @@ class Bundles(Resource):
         return self._list(ListRequest("/agents/bundles", Bundle.from_dict, params, "agents"))
 
     def get(self, bundle_id: str, *, include_latest_runs: bool = False) -> Any:
-        """One bundle; ``include_latest_runs`` adds its five newest runs."""
+        """One bundle; ``include_latest_runs`` adds its five newest runs.
+
+        >>> b = client.agents.bundles.get(bundle.id, include_latest_runs=True)  # doctest: +SKIP
+        >>> [r.status for r in b.latest_runs or []]  # doctest: +SKIP
+        ['completed']
+        """
         path = f"/agents/bundles/{segment(bundle_id, 'bundle_id')}"
         params = query(include_latest_runs=flag(include_latest_runs, "include_latest_runs") or None)
         return self._call(Request("GET", path, params, surface="agents", cast=Bundle.from_dict))
 
     def delete(self, bundle_id: str) -> Any:
-        """Deletes a bundle."""
+        """Deletes a bundle.
+
+        >>> client.agents.bundles.delete(bundle.id)  # doctest: +SKIP
+        """
         return self._call(Request("DELETE", f"/agents/bundles/{segment(bundle_id, 'bundle_id')}", surface="agents"))
 
     def run(self, bundle_id: str, source: Any = None, *, sink: Optional[SourceItem] = None,
@@ -361,7 +381,11 @@ class Instances(Resource):
     def list(self, *, status: Optional[str] = None, query: Optional[str] = None, bundle_id: Optional[str] = None,
              blueprint_id: Optional[str] = None, limit: Optional[int] = None) -> Any:
         """Every run of your organization, newest first; filters combine. ``status`` is one of the
-        agent states (``running``, ``paused``, ``completed``, ``failed``, ``canceled``)."""
+        agent states (``running``, ``paused``, ``completed``, ``failed``, ``canceled``).
+
+        >>> [a.id for a in client.agents.instances.list(status="running", bundle_id=bundle.id)]  # doctest: +SKIP
+        ['agt_...']
+        """
         params = {k: v for k, v in dict(status=one_of(status, AGENT_STATUSES, "status"), query=string(query, "query"),
                                         bundle_id=string(bundle_id, "bundle_id"),
                                         blueprint_id=string(blueprint_id, "blueprint_id"),
@@ -372,19 +396,34 @@ class Instances(Resource):
         return f"/agents/instances/{segment(agent_id, 'agent_id')}{tail}"
 
     def get(self, agent_id: str) -> Any:
-        """One run's record."""
+        """One run's record.
+
+        >>> client.agents.instances.get(run.id).status  # doctest: +SKIP
+        'running'
+        """
         return self._call(Request("GET", self._path(agent_id), surface="agents", cast=Agent.from_dict))
 
     def delete(self, agent_id: str) -> Any:
-        """Deletes a finished run (a running or paused one must be canceled first: 409)."""
+        """Deletes a finished run (a running or paused one must be canceled first: 409).
+
+        >>> client.agents.instances.delete(agent.id)  # doctest: +SKIP
+        """
         return self._call(Request("DELETE", self._path(agent_id), surface="agents"))
 
     def pause(self, agent_id: str) -> Any:
-        """Pauses a running agent (409 when it is not running)."""
+        """Pauses a running agent (409 when it is not running).
+
+        >>> client.agents.instances.pause(run.id).status  # doctest: +SKIP
+        'paused'
+        """
         return self._call(Request("POST", self._path(agent_id, "/pause"), surface="agents", cast=Agent.from_dict))
 
     def resume(self, agent_id: str) -> Any:
-        """Resumes a paused agent."""
+        """Resumes a paused agent.
+
+        >>> client.agents.instances.resume(run.id).status  # doctest: +SKIP
+        'running'
+        """
         return self._call(Request("POST", self._path(agent_id, "/resume"), surface="agents", cast=Agent.from_dict))
 
     def cancel(self, agent_id: str, *, ok_if_terminal: bool = False) -> Any:
@@ -418,18 +457,30 @@ class Instances(Resource):
         return with_status(current, ended, logs) if ended is not None else current
 
     def events(self, agent_id: str) -> Any:
-        """The run's events, page by page."""
+        """The run's events, page by page.
+
+        >>> for event in client.agents.instances.events(run.id):  # doctest: +SKIP
+        ...     print(event.created_at, event.level, event.message)
+        """
         return self._list(ListRequest(self._path(agent_id, "/events"), AgentEvent.from_dict, surface="agents"))
 
     def logs(self, agent_id: str, *, level: Optional[str] = None, search: Optional[str] = None,
              limit: Optional[int] = None) -> Any:
-        """The run's log lines, newest first; ``level`` and ``search`` narrow them."""
+        """The run's log lines, newest first; ``level`` and ``search`` narrow them.
+
+        >>> [log.event_type for log in client.agents.instances.logs(agent.id)]  # doctest: +SKIP
+        ['job.completed', ..., 'job.admitted']
+        """
         params = {k: v for k, v in dict(level=string(level, "level"), search=string(search, "search"),
                                         limit=_limit(limit)).items() if v is not None}
         return self._list(ListRequest(self._path(agent_id, "/logs"), AgentLog.from_dict, params, "agents"))
 
     def results(self, agent_id: str) -> Any:
-        """The run's output files (listed once it has ended)."""
+        """The run's output files (listed once it has ended).
+
+        >>> [(r.filename, r.ref) for r in client.agents.instances.results(agent.id)]  # doctest: +SKIP
+        [('agt_...__output_line3.csv', '/files/download/agt_...__output_line3.csv')]
+        """
         return self._list(ListRequest(self._path(agent_id, "/results"), AgentResult.from_dict, surface="agents"))
 
     def query(self, agent_id: str, data: Any) -> Any:
@@ -483,7 +534,9 @@ class Instances(Resource):
         under its ``filename``, ``concurrency`` at a time (16 by default), each atomic like
         ``files.download``. Relative ``/files/download/...`` refs and presigned URLs alike; expired
         presigned URLs are listed afresh. Returns the paths, in listing order. Byte progress as in
-        ``files.download``.
+        ``files.download``. Files that fail for good cost only themselves: the first failure is
+        raised once the rest are written, of its own class and a ``sensorium.errors.DownloadError``
+        too, with ``written`` and ``failed`` (as ``batch.jobs.download_outputs``).
 
         >>> client.agents.instances.download_results(run.id, "out/")  # doctest: +SKIP
         [PosixPath('out/agt_..._output_line3.csv')]
@@ -503,7 +556,13 @@ class Evals(Resource):
     def create(self, blueprint_id: str, examples: Any, *, name: Optional[str] = None, primary: Optional[str] = None,
                targets: Any = None, emit_predictions: Optional[bool] = None) -> Any:
         """Starts an evaluation. ``examples`` are file ids, ``FileRecord``s, data refs or whole
-        example dicts (``{"inputs": [...], "ground_truth": ...}``)."""
+        example dicts (``{"inputs": [...], "ground_truth": ...}``). A CSV's labels can come from a
+        column named after the target (``state``).
+
+        >>> ev = client.agents.evals.create("osm", ["labelled.csv"], name="line 3 check")  # doctest: +SKIP
+        >>> ev.status  # doctest: +SKIP
+        'running'
+        """
         segment(blueprint_id, "blueprint_id")
         body = query(blueprint_id=blueprint_id, examples=_examples(examples, "examples"), name=string(name, "name"),
                      primary=string(primary, "primary"), targets=targets,
@@ -511,34 +570,58 @@ class Evals(Resource):
         return self._call(Request("POST", "/agents/evals", body=body, surface="agents", cast=Eval.from_dict))
 
     def list(self, *, limit: Optional[int] = None) -> Any:
-        """Every evaluation, page by page."""
+        """Every evaluation, page by page.
+
+        >>> [(e.name, e.status) for e in client.agents.evals.list()]  # doctest: +SKIP
+        [('line 3 check', 'completed')]
+        """
         return self._list(ListRequest("/agents/evals", Eval.from_dict, query(limit=_limit(limit)), "agents"))
 
     def _path(self, eval_id: str, tail: str = "") -> str:
         return f"/agents/evals/{segment(eval_id, 'eval_id')}{tail}"
 
     def get(self, eval_id: str) -> Any:
-        """One evaluation."""
+        """One evaluation.
+
+        >>> client.agents.evals.get(ev.id).status  # doctest: +SKIP
+        'completed'
+        """
         return self._call(Request("GET", self._path(eval_id), surface="agents", cast=Eval.from_dict))
 
     def delete(self, eval_id: str) -> Any:
-        """Deletes an evaluation."""
+        """Deletes an evaluation.
+
+        >>> client.agents.evals.delete(ev.id)  # doctest: +SKIP
+        """
         return self._call(Request("DELETE", self._path(eval_id), surface="agents"))
 
     def cancel(self, eval_id: str) -> Any:
         """Cancels a running evaluation (409 once it has ended, unless that answers this call's own
-        cancel, whose first answer was lost)."""
+        cancel, whose first answer was lost).
+
+        >>> client.agents.evals.cancel(ev.id).status  # doctest: +SKIP
+        'canceled'
+        """
         segment(eval_id, "eval_id")
         return self._drive(canceling(
             Request("POST", self._path(eval_id, "/cancel"), surface="agents", cast=Eval.from_dict, repeatable=True),
             lambda: Request("GET", self._path(eval_id), surface="agents", cast=Eval.from_dict), False))
 
     def examples(self, eval_id: str) -> Any:
-        """The evaluation's examples (with their results once done), page by page."""
+        """The evaluation's examples (with their results once done), page by page, as dicts.
+
+        >>> for example in client.agents.evals.examples(ev.id):  # doctest: +SKIP
+        ...     print(example)
+        """
         return self._list(ListRequest(self._path(eval_id, "/examples"), dict, surface="agents"))
 
     def wait(self, eval_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
-        """Waits until the evaluation ends; returns the final ``Eval`` (``AgentRunError`` if failed)."""
+        """Waits until the evaluation ends; returns the final ``Eval`` (``AgentRunError`` if failed).
+
+        >>> ev = client.agents.evals.wait(ev.id, timeout=600)  # doctest: +SKIP
+        >>> ev.metrics_report["targets"]["state"]["class_names"]  # doctest: +SKIP
+        ['idle', ...]
+        """
         segment(eval_id, "eval_id")
         return self._drive(wait_for(lambda: Request("GET", self._path(eval_id), surface="agents", cast=Eval.from_dict),
                                     None, timeout, progress, f"evaluation {eval_id}"))
@@ -550,7 +633,11 @@ class Optimizations(Resource):
     def create(self, blueprint_id: str, *, objective: Any, validation_examples: Any, max_trials: int,
                training_examples: Any = None, calibration_examples: Any = None, search_space: Any = None,
                overrides: Any = None, constraints: Any = None, name: Optional[str] = None) -> Any:
-        """Starts an optimization of ``blueprint_id`` for ``objective`` within ``max_trials`` trials."""
+        """Starts an optimization of ``blueprint_id`` for ``objective`` within ``max_trials`` trials.
+
+        >>> opt = client.agents.optimizations.create("osm", objective="macro_f1",  # doctest: +SKIP
+        ...                                          validation_examples=["labelled.csv"], max_trials=4)
+        """
         segment(blueprint_id, "blueprint_id")
         if isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1:
             raise InvalidArgumentError(f"max_trials: is {max_trials!r}; it takes a whole number from 1",
@@ -573,7 +660,11 @@ class Optimizations(Resource):
                                   cast=Optimization.from_dict))
 
     def list(self, *, limit: Optional[int] = None) -> Any:
-        """Every optimization, page by page."""
+        """Every optimization, page by page.
+
+        >>> [(o.id, o.status) for o in client.agents.optimizations.list(limit=20)]  # doctest: +SKIP
+        [('opt_...', 'running')]
+        """
         return self._list(ListRequest("/agents/optimizations", Optimization.from_dict, query(limit=_limit(limit)),
                                       "agents"))
 
@@ -581,16 +672,28 @@ class Optimizations(Resource):
         return f"/agents/optimizations/{segment(optimization_id, 'optimization_id')}{tail}"
 
     def get(self, optimization_id: str) -> Any:
-        """One optimization, with its ``progress``."""
+        """One optimization, with its ``progress``.
+
+        >>> opt = client.agents.optimizations.get(opt.id)  # doctest: +SKIP
+        >>> opt.status, opt.progress  # doctest: +SKIP
+        ('running', {...})
+        """
         return self._call(Request("GET", self._path(optimization_id), surface="agents", cast=Optimization.from_dict))
 
     def delete(self, optimization_id: str) -> Any:
-        """Deletes an optimization."""
+        """Deletes an optimization.
+
+        >>> client.agents.optimizations.delete(opt.id)  # doctest: +SKIP
+        """
         return self._call(Request("DELETE", self._path(optimization_id), surface="agents"))
 
     def cancel(self, optimization_id: str) -> Any:
         """Cancels a running optimization (409 once it has ended, unless that answers this call's
-        own cancel, whose first answer was lost)."""
+        own cancel, whose first answer was lost).
+
+        >>> client.agents.optimizations.cancel(opt.id).status  # doctest: +SKIP
+        'canceled'
+        """
         segment(optimization_id, "optimization_id")
         return self._drive(canceling(
             Request("POST", self._path(optimization_id, "/cancel"), surface="agents", cast=Optimization.from_dict,
@@ -598,7 +701,11 @@ class Optimizations(Resource):
             lambda: Request("GET", self._path(optimization_id), surface="agents", cast=Optimization.from_dict), False))
 
     def trials(self, optimization_id: str) -> Any:
-        """The optimization's trials, page by page."""
+        """The optimization's trials, page by page.
+
+        >>> best = max(client.agents.optimizations.trials(opt.id),  # doctest: +SKIP
+        ...            key=lambda t: t.objective_value if t.objective_value is not None else float("-inf"))
+        """
         return self._list(ListRequest(self._path(optimization_id, "/trials"), Trial.from_dict, surface="agents"))
 
     def promote(self, optimization_id: str, trial_id: str, *, blueprint_key: Optional[str] = None,
@@ -613,7 +720,12 @@ class Optimizations(Resource):
         return self._call(Request("POST", path, body=body, surface="agents", cast=Blueprint.from_dict))
 
     def wait(self, optimization_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
-        """Waits until the optimization ends; returns the final ``Optimization``."""
+        """Waits until the optimization ends; returns the final ``Optimization`` (``AgentRunError``
+        if it failed).
+
+        >>> client.agents.optimizations.wait(opt.id, timeout=1800).status  # doctest: +SKIP
+        'completed'
+        """
         segment(optimization_id, "optimization_id")
         return self._drive(wait_for(lambda: Request("GET", self._path(optimization_id), surface="agents",
                                                     cast=Optimization.from_dict),

@@ -92,7 +92,14 @@ class Jobs(Resource):
 
     def create(self, name: str, *, pipeline_key: str, inputs: Any, parameters: Optional[Mapping[str, Any]] = None,
                pipeline_type: str = "batch", pipeline_version: Optional[str] = None) -> Any:
-        """Starts a batch job of ``pipeline_key`` over ``inputs`` (port name -> inputs)."""
+        """Starts a batch job of ``pipeline_key`` over ``inputs`` (port name -> inputs: file ids,
+        ``FileRecord``s, ``{file_id, metadata}`` entries, a ``Checkpoint`` on the checkpoint port).
+
+        >>> job = client.batch.jobs.create("line 3", pipeline_key="machine-state-classification",  # doctest: +SKIP
+        ...                                inputs={"worker.inference": ["a.csv", "b.csv"]})
+        >>> job.status  # doctest: +SKIP
+        'PENDING'
+        """
         text(name, "name", required=True)
         segment(pipeline_key, "pipeline_key")
         text(pipeline_type, "pipeline_type", required=True)
@@ -102,7 +109,11 @@ class Jobs(Resource):
         return self._call(Request("POST", "/batch/jobs", body=body, cast=BatchJob.from_dict))
 
     def list(self, *, status: Optional[str] = None, limit: Optional[int] = None) -> Any:
-        """Every batch job, page by page (either list style)."""
+        """Every batch job, page by page (either list style).
+
+        >>> [(j.name, j.status) for j in client.batch.jobs.list(status="RUNNING")]  # doctest: +SKIP
+        [('line 3', 'RUNNING')]
+        """
         return self._list(ListRequest("/batch/jobs", BatchJob.from_dict,
                                       query(status=string(status, "status"), limit=page_size(limit)), cursor_param=CURSOR))
 
@@ -110,15 +121,26 @@ class Jobs(Resource):
         return f"/batch/jobs/{segment(job_id, 'job_id')}{tail}"
 
     def get(self, job_id: str) -> Any:
-        """One job."""
+        """One job.
+
+        >>> client.batch.jobs.get(job.id).status  # doctest: +SKIP
+        'RUNNING'
+        """
         return self._call(Request("GET", self._path(job_id), cast=BatchJob.from_dict))
 
     def delete(self, job_id: str) -> Any:
-        """Deletes a job."""
+        """Deletes a job (a pending or running one must be canceled first: 409).
+
+        >>> client.batch.jobs.delete(job.id)  # doctest: +SKIP
+        """
         return self._call(Request("DELETE", self._path(job_id)))
 
     def retry(self, job_id: str) -> Any:
-        """Runs a failed or cancelled job again."""
+        """Runs a failed or cancelled job again.
+
+        >>> client.batch.jobs.retry(job.id).status  # doctest: +SKIP
+        'PENDING'
+        """
         return self._call(Request("POST", self._path(job_id, "/retry"), cast=BatchJob.from_dict))
 
     def cancel(self, job_id: str, *, ok_if_terminal: bool = False) -> Any:
@@ -126,7 +148,11 @@ class Jobs(Resource):
         cancelled_at}``, the rest of the record in ``get``). 409 once it has ended; success then
         with ``ok_if_terminal=True``, which returns the job's record. An unknown id is still
         ``NotFoundError``; a 409 that follows this call's own lost answer is not raised when the
-        job is ``CANCELLED``."""
+        job is ``CANCELLED``.
+
+        >>> client.batch.jobs.cancel(job.id).status  # doctest: +SKIP
+        'CANCELLED'
+        """
         segment(job_id, "job_id")
         return self._drive(self._cancel(job_id, bool(flag(ok_if_terminal, "ok_if_terminal"))))
 
@@ -138,12 +164,20 @@ class Jobs(Resource):
                                      ok_if_terminal, status_of=job_status))
 
     def queue(self) -> Any:
-        """Global queue depths by pipeline type."""
+        """Global queue depths by pipeline type, as the platform gives them.
+
+        >>> client.batch.jobs.queue()  # doctest: +SKIP
+        {...}
+        """
         return self._call(Request("GET", "/batch/jobs/queue"))
 
     def events(self, job_id: str, *, level: Optional[str] = None, event_type: Optional[str] = None,
                input_id: Optional[str] = None, limit: Optional[int] = None) -> Any:
-        """The job's events, page by page; ``level`` matches exactly."""
+        """The job's events, page by page; ``level`` matches exactly.
+
+        >>> for event in client.batch.jobs.events(job.id, level="FAILED"):  # doctest: +SKIP
+        ...     print(event.input_id, event.message)
+        """
         return self._list(ListRequest(self._path(job_id, "/events"), BatchEvent.from_dict,
                                       query(level=string(level, "level"), event_type=string(event_type, "event_type"),
                                             input_id=string(input_id, "input_id"), limit=page_size(limit)),
@@ -151,13 +185,22 @@ class Jobs(Resource):
 
     def inputs(self, job_id: str, *, port: Optional[str] = None, status: Optional[str] = None,
                search: Optional[str] = None) -> Any:
-        """The inputs of every port; ``port``, ``status`` and ``search`` (file name or id) narrow them."""
+        """The inputs of every port, as dicts; ``port``, ``status`` and ``search`` (file name or id)
+        narrow them.
+
+        >>> for item in client.batch.jobs.inputs(job.id, port="worker.inference"):  # doctest: +SKIP
+        ...     print(item)
+        """
         return self._list(ListRequest(self._path(job_id, "/inputs"), dict,
                                       query(port=string(port, "port"), status=string(status, "status"),
                                             search=string(search, "search")), cursor_param=CURSOR))
 
     def outputs(self, job_id: str) -> Any:
-        """The job's output files, page by page."""
+        """The job's output files, page by page (``download_outputs`` fetches them all).
+
+        >>> [(o.filename, o.num_bytes) for o in client.batch.jobs.outputs(job.id)]  # doctest: +SKIP
+        [('...', ...), ...]
+        """
         return self._list(ListRequest(self._path(job_id, "/outputs"), BatchOutput.from_dict, cursor_param=CURSOR))
 
     def download_outputs(self, job_id: str, directory: StrPath, *,
@@ -170,15 +213,18 @@ class Jobs(Resource):
         progress as ``on_progress(done, total)`` or a tqdm bar (``progress=True``). When a file
         fails for good (a listed output with no ``ref`` or ``filename`` among them, as an
         ``APIResponseValidationError``) the others are still written, and the first failure is
-        raised, of its own class, with the whole outcome: its message counts and names every
-        failed file, ``e.written`` lists the paths written and ``e.failed`` maps each failed
-        output's id to its error. A name listed twice gets the output's id before its suffix.
+        raised with the whole outcome, of its own class and a ``sensorium.errors.DownloadError``
+        too: its message counts and names every failed file, ``e.written`` lists the paths
+        written and ``e.failed`` maps each failed output's id to its error. An error before any
+        file is fetched (an unknown job) is not a ``DownloadError``. A name listed twice gets the
+        output's id before its suffix.
 
         >>> client.batch.jobs.download_outputs(job.id, "predictions/")  # doctest: +SKIP
         [PosixPath('predictions/pred_pump_a_part_0.csv'), ...]
+        >>> from sensorium.errors import DownloadError
         >>> try:  # doctest: +SKIP
         ...     client.batch.jobs.download_outputs(job.id, "predictions/")
-        ... except sensorium.errors.SensoriumError as e:
+        ... except DownloadError as e:
         ...     print(len(e.written), "written;", list(e.failed), "to fetch again")
         """
         listing = ListRequest(self._path(job_id, "/outputs"), BatchOutput.from_dict, cursor_param=CURSOR)
@@ -186,12 +232,20 @@ class Jobs(Resource):
                                            on_progress=on_progress, progress=progress, argument="job_id"))
 
     def progress(self, job_id: str) -> Any:
-        """The job's progress entries (``{entries: [{kind, step, message}]}``)."""
+        """The job's progress entries (``{entries: [{kind, step, message}]}``).
+
+        >>> for entry in client.batch.jobs.progress(job.id)["entries"]:  # doctest: +SKIP
+        ...     print(entry["kind"], entry["step"], entry["message"])
+        """
         return self._call(Request("GET", self._path(job_id, "/progress")))
 
     def failed_inputs(self, job_id: str) -> Any:
         """The inputs that failed in a job (from its ``FAILED`` events), as ``{input_id, message}``:
-        a ``COMPLETED`` job can hold them."""
+        a ``COMPLETED`` job can hold them.
+
+        >>> for failure in client.batch.jobs.failed_inputs(job.id):  # doctest: +SKIP
+        ...     print(failure["input_id"], failure["message"])
+        """
         return self._drive(self._failed_inputs(job_id))
 
     def _failed_inputs(self, job_id: str) -> Operation[builtins.list[dict[str, Any]]]:
@@ -201,7 +255,11 @@ class Jobs(Resource):
 
     def wait(self, job_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
         """Waits until the job ends and returns its record. ``FAILED`` raises ``JobFailedError``; a
-        ``COMPLETED`` job with failed inputs warns (``failed_inputs`` lists them)."""
+        ``COMPLETED`` job with failed inputs warns (``failed_inputs`` lists them).
+
+        >>> client.batch.jobs.wait(job.id, timeout=3600).status  # doctest: +SKIP
+        'COMPLETED'
+        """
         segment(job_id, "job_id")
         return self._drive(self._wait(job_id, timeout, progress))
 
@@ -221,16 +279,28 @@ class Pipelines(Resource):
     """The batch pipeline registry."""
 
     def list(self) -> Any:
-        """Every pipeline, page by page."""
+        """Every pipeline, page by page.
+
+        >>> [p.key for p in client.batch.pipelines.list()]  # doctest: +SKIP
+        ['machine-state-classification', 'activity-detection', ...]
+        """
         return self._list(ListRequest("/batch/registry/pipelines", Pipeline.from_dict, cursor_param=CURSOR))
 
     def get(self, pipeline_id: str) -> Any:
-        """One pipeline."""
+        """One pipeline, by its ``id``.
+
+        >>> pipeline = client.batch.pipelines.get(pipeline_id)  # doctest: +SKIP
+        >>> pipeline.key  # doctest: +SKIP
+        'machine-state-classification'
+        """
         return self._call(Request("GET", f"/batch/registry/pipelines/{segment(pipeline_id, 'pipeline_id')}",
                                   cast=Pipeline.from_dict))
 
     def schema(self, pipeline_id: str) -> Any:
-        """The pipeline's parameter schema, as the platform gives it."""
+        """The pipeline's parameter schema, as the platform gives it (a dict).
+
+        >>> schema = client.batch.pipelines.schema(pipeline.id)  # doctest: +SKIP
+        """
         return self._call(Request("GET", f"/batch/registry/pipelines/{segment(pipeline_id, 'pipeline_id')}/schema"))
 
 

@@ -77,7 +77,11 @@ class FineTuningJobs(Resource):
                                   cast=FineTuningJob.from_dict))
 
     def list(self, *, limit: Optional[int] = None) -> Any:
-        """Every fine-tuning job, newest first, page by page."""
+        """Every fine-tuning job, newest first, page by page.
+
+        >>> [(j.name, j.status) for j in client.fine_tuning.jobs.list(limit=20)]  # doctest: +SKIP
+        [('pump states', 'RUNNING')]
+        """
         return self._list(ListRequest("/fine_tuning/jobs", FineTuningJob.from_dict, query(limit=page_size(limit)),
                                       "fine_tuning", item_cursors=True))
 
@@ -85,13 +89,21 @@ class FineTuningJobs(Resource):
         return f"/fine_tuning/jobs/{segment(job_id, 'job_id')}{tail}"
 
     def get(self, job_id: str) -> Any:
-        """One job."""
+        """One job.
+
+        >>> client.fine_tuning.jobs.get(job.id).status  # doctest: +SKIP
+        'RUNNING'
+        """
         return self._call(Request("GET", self._path(job_id), surface="fine_tuning", cast=FineTuningJob.from_dict))
 
     def cancel(self, job_id: str) -> Any:
         """Cancels a job (``CANCELLED``, not resumable); an invalid move is ``invalid_state_transition``,
         except when it follows this call's own lost answer and the job is ``CANCELLED`` (the lost
-        attempt was the cancel)."""
+        attempt was the cancel).
+
+        >>> client.fine_tuning.jobs.cancel(job.id).status  # doctest: +SKIP
+        'CANCELLED'
+        """
         segment(job_id, "job_id")
         return self._drive(canceling(
             Request("POST", self._path(job_id, "/cancel"), surface="fine_tuning", cast=FineTuningJob.from_dict,
@@ -100,22 +112,36 @@ class FineTuningJobs(Resource):
             status_of=job_status, refused=_invalid_move))
 
     def pause(self, job_id: str) -> Any:
-        """Pauses a job gracefully: ``PAUSED`` may follow a moment later."""
+        """Pauses a job gracefully: ``PAUSED`` may follow a moment later.
+
+        >>> job = client.fine_tuning.jobs.pause(job.id)  # doctest: +SKIP
+        """
         return self._call(Request("POST", self._path(job_id, "/pause"), surface="fine_tuning",
                                   cast=FineTuningJob.from_dict))
 
     def resume(self, job_id: str) -> Any:
-        """Resumes a paused job."""
+        """Resumes a paused job.
+
+        >>> job = client.fine_tuning.jobs.resume(job.id)  # doctest: +SKIP
+        """
         return self._call(Request("POST", self._path(job_id, "/resume"), surface="fine_tuning",
                                   cast=FineTuningJob.from_dict))
 
     def checkpoints(self, job_id: str) -> Any:
-        """The job's checkpoints, page by page."""
+        """The job's checkpoints, page by page.
+
+        >>> [(c.id, c.step) for c in client.fine_tuning.jobs.checkpoints(job.id)]  # doctest: +SKIP
+        [('ckp_...', ...), ...]
+        """
         return self._list(ListRequest(self._path(job_id, "/checkpoints"), Checkpoint.from_dict, surface="fine_tuning",
                                       item_cursors=True))
 
     def events(self, job_id: str) -> Any:
-        """The job's events, newest first."""
+        """The job's events, newest first.
+
+        >>> for event in client.fine_tuning.jobs.events(job.id):  # doctest: +SKIP
+        ...     print(event.level, event.type, event.message)
+        """
         return self._list(ListRequest(self._path(job_id, "/events"), FineTuningEvent.from_dict,
                                       surface="fine_tuning", item_cursors=True))
 
@@ -124,7 +150,11 @@ class FineTuningJobs(Resource):
         """All events, worker events included, newest first, page by page. ``level`` matches
         exactly; ``q`` searches message and type; ``limit`` (the page size) is 1 to 100; ``after``
         starts below (older than) an event id, ``before`` lists the events newer than it, oldest
-        first (from the id outwards)."""
+        first (from the id outwards).
+
+        >>> [e.message for e in client.fine_tuning.jobs.logs(job.id, level="ERROR", limit=100)]  # doctest: +SKIP
+        []
+        """
         direction, start = cursor_walk(after, before)
         params = query(level=string(level, "level"), q=string(q, "q"), limit=page_size(limit, most=MAX_LOGS_LIMIT))
         # The spec's answer is `{object, data, has_more}`: the events' ids are the cursors (so
@@ -134,7 +164,10 @@ class FineTuningJobs(Resource):
 
     def metrics(self, job_id: str) -> Any:
         """The job's training metrics (a list of dicts, one per step and metric; ``.to_pandas()``
-        makes it a DataFrame)."""
+        makes it a DataFrame).
+
+        >>> curves = client.fine_tuning.jobs.metrics(job.id).to_pandas()  # doctest: +SKIP
+        """
         return self._drive(self._metrics(job_id))
 
     def _metrics(self, job_id: str) -> Operation[Rows[dict[str, Any]]]:
@@ -143,13 +176,21 @@ class FineTuningJobs(Resource):
         return Rows(rows)
 
     def checkpoint_options(self) -> Any:
-        """The checkpoints a new job may start from."""
+        """The checkpoints a new job may start from (``create(..., checkpoint_id=...)``).
+
+        >>> [c.id for c in client.fine_tuning.jobs.checkpoint_options()]  # doctest: +SKIP
+        [...]
+        """
         return self._list(ListRequest("/fine_tuning/checkpoint_options", Checkpoint.from_dict, surface="fine_tuning",
                                       item_cursors=True))
 
     def wait(self, job_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
         """Waits until the job ends and returns its final record (``COMPLETED`` or ``SUCCEEDED``
-        and ``CANCELLED`` end it); ``FAILED`` raises ``JobFailedError`` with the job and its errors."""
+        and ``CANCELLED`` end it); ``FAILED`` raises ``JobFailedError`` with the job and its errors.
+
+        >>> client.fine_tuning.jobs.wait(job.id, timeout=3600).status  # doctest: +SKIP
+        'COMPLETED'
+        """
         segment(job_id, "job_id")
         return self._drive(wait_for(lambda: Request("GET", self._path(job_id), surface="fine_tuning",
                                                     cast=FineTuningJob.from_dict),
@@ -158,7 +199,10 @@ class FineTuningJobs(Resource):
 
     def plot_metrics(self, job_id: str) -> Any:
         """Draws the job's loss and metric curves over the steps with matplotlib (``pip install
-        matplotlib``) and returns the figure. Blocking client only."""
+        matplotlib``) and returns the figure. Blocking client only.
+
+        >>> client.fine_tuning.jobs.plot_metrics(job.id).savefig("curves.png")  # doctest: +SKIP
+        """
         if self._runner.asynchronous:
             raise InvalidArgumentError("plot_metrics: call it on sensorium.Client (it draws on this thread)",
                                        argument="job_id")

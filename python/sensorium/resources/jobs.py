@@ -24,7 +24,11 @@ class Jobs(Resource):
 
     def list(self, *, status: Optional[str] = None, limit: Optional[int] = None) -> Any:
         """Every job of the organization, page by page; ``status`` filters (``PAUSED`` and
-        ``INTERRUPTED`` included)."""
+        ``INTERRUPTED`` included). Each is a ``BatchJob`` or a ``FineTuningJob``.
+
+        >>> [(j.id, j.status) for j in client.jobs.list(status="PAUSED")]  # doctest: +SKIP
+        [('ftj_...', 'PAUSED')]
+        """
         return self._list(ListRequest("/jobs", _job, query(status=string(status, "status"), limit=page_size(limit))))
 
 

@@ -143,17 +143,30 @@ class Sessions(Resource):
                                   cast=LensSession.from_dict))
 
     def destroy(self, session_id: str) -> Any:
-        """Ends a session; an open stream gets what remains and then ends."""
+        """Ends a session; an open stream gets what remains and then ends.
+
+        >>> client.lens.sessions.destroy(sid).status  # doctest: +SKIP
+        'destroyed'
+        """
         return self._call(Request("POST", "/lens/sessions/destroy",
                                   body={"session_id": _text(session_id, "session_id")}, cast=LensSession.from_dict))
 
     def info(self, session_id: str) -> Any:
-        """One session's record (its counters and timestamps)."""
+        """One session's record (its counters and timestamps).
+
+        >>> info = client.lens.sessions.info(sid)  # doctest: +SKIP
+        >>> info.status, info.num_outputs  # doctest: +SKIP
+        ('running', 0)
+        """
         return self._call(Request("GET", "/lens/sessions/info", query(session_id=_text(session_id, "session_id")),
                                   cast=LensSession.from_dict))
 
     def metadata(self) -> Any:
-        """Every active session of the organization."""
+        """Every active session of the organization.
+
+        >>> [(s.session_id, s.status) for s in client.lens.sessions.metadata()]  # doctest: +SKIP
+        [('lsn-...', 'running')]
+        """
         return self._call(Request("GET", "/lens/sessions/metadata", cast=_sessions))
 
     def process_event(self, session_id: str, event: Mapping[str, Any]) -> Any:
@@ -175,7 +188,11 @@ class Sessions(Resource):
     def wait_until_running(self, session_id: str, *, timeout: Optional[float] = None) -> Any:
         """Waits until the session's runner has started it (either status spelling) and returns
         the record; ``WaitTimeoutError`` after ``timeout`` seconds, and a destroyed or expired
-        session raises."""
+        session raises.
+
+        >>> client.lens.sessions.wait_until_running(session.session_id, timeout=30).status  # doctest: +SKIP
+        'running'
+        """
         _text(session_id, "session_id")
         return self._drive(self._wait_until_running(session_id, timeout))
 
@@ -274,7 +291,10 @@ class LensRuntime(Resource):
         return self._call(Request("POST", "/lens/register", body={"lens_config": config}, cast=Lens.from_dict))
 
     def clone(self, lens_id: str, *, name: Optional[str] = None) -> Any:
-        """A modifiable copy of a lens (named ``name`` when given)."""
+        """A modifiable copy of a lens (named ``name`` when given).
+
+        >>> mine = client.lens.clone(lens.lens_id, name="echo-2")  # doctest: +SKIP
+        """
         body: dict[str, Any] = {"lens_id": _text(lens_id, "lens_id")}
         if name is not None:
             body["lens_name"] = _text(name, "name")
@@ -283,7 +303,10 @@ class LensRuntime(Resource):
     def modify(self, lens_id: str, *, lens_name: Optional[str] = None,
                model_pipeline: Optional[Processors] = None,
                model_parameters: Optional[Mapping[str, Any]] = None) -> Any:
-        """Replaces the given parts of a lens's configuration; returns the lens."""
+        """Replaces the given parts of a lens's configuration; returns the lens.
+
+        >>> mine = client.lens.modify(mine.lens_id, model_parameters={"threshold": 0.5})  # doctest: +SKIP
+        """
         body: dict[str, Any] = {"lens_id": _text(lens_id, "lens_id")}
         if lens_name is not None:
             body["lens_name"] = _text(lens_name, "lens_name")
@@ -297,15 +320,27 @@ class LensRuntime(Resource):
         return self._call(Request("POST", "/lens/modify", body=body, cast=Lens.from_dict))
 
     def delete(self, lens_id: str) -> Any:
-        """Deletes a modifiable lens; returns the platform's answer."""
+        """Deletes a modifiable lens; returns the platform's answer.
+
+        >>> client.lens.delete(mine.lens_id)  # doctest: +SKIP
+        {'is_valid': True, 'error_messages': [], ...}
+        """
         return self._call(Request("POST", "/lens/delete", body={"lens_id": _text(lens_id, "lens_id")}))
 
     def info(self, lens_id: str) -> Any:
-        """One lens."""
+        """One lens.
+
+        >>> client.lens.info(lens.lens_id).lens_config["model_pipeline"][0]["processor_name"]  # doctest: +SKIP
+        'lens_noop_processor'
+        """
         return self._call(Request("GET", "/lens/info", query(lens_id=_text(lens_id, "lens_id")), cast=Lens.from_dict))
 
     def metadata(self) -> Any:
-        """Every lens the organization can use."""
+        """Every lens the organization can use.
+
+        >>> [(lens.lens_id, lens.lens_name) for lens in client.lens.metadata()]  # doctest: +SKIP
+        [('lns-...', ...), ...]
+        """
         return self._call(Request("GET", "/lens/metadata", cast=_lenses))
 
 
@@ -370,9 +405,29 @@ class EventStream:
         self.close()
 
 
+class _Closed:
+    """What ``AsyncEventStream.close()`` returns: the stream is closed when the call returns, so
+    awaiting this does nothing more, and leaving it unawaited (as code written before it was
+    awaitable does) loses nothing and warns of nothing, unlike an unawaited coroutine."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # a generator that ends at once: `await` gets None without suspending
+
+
 class AsyncEventStream(EventStream):
     """``EventStream`` for ``async for`` and ``async with``. Cancelling ``__anext__`` (a timeout
-    around it) loses no event: what arrived meanwhile is handed out by the next call."""
+    around it) loses no event: what arrived meanwhile is handed out by the next call.
+
+    ``close()`` closes at once and may be awaited (``await events.close()``, as on the
+    session's socket) or not; ``aclose()`` is the coroutine, as on ``AsyncClient``.
+
+    >>> events = async_client.lens.sessions.stream(sid)  # doctest: +SKIP
+    >>> event = await anext(events)                       # doctest: +SKIP
+    >>> await events.aclose()                             # doctest: +SKIP
+    """
 
     def __aiter__(self) -> AsyncEventStream:
         return self
@@ -385,11 +440,21 @@ class AsyncEventStream(EventStream):
                 await self._feed.wait(True)
         return self._hand_out()
 
+    def close(self) -> _Closed:  # type: ignore[override]
+        """Stops reading and closes the connection, at once; returns an awaitable, so that
+        ``await events.close()`` works too (the socket's ``close()`` is awaited)."""
+        super().close()
+        return _Closed()
+
+    async def aclose(self) -> None:
+        """Stops reading and closes the connection (the coroutine twin of ``close()``)."""
+        super().close()
+
     async def __aenter__(self) -> AsyncEventStream:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.close()
+        await self.aclose()
 
 
 def _scrub(value: Any) -> Any:
@@ -456,34 +521,60 @@ class SessionSocket:
         return finish(_scrub(self._socket.call(request_type, event_data, False)))
 
     def send(self, type: str, event_data: Any = None) -> Any:
-        """Sends ``{type, event_data}`` and returns the whole reply (nothing raised for a refusal)."""
+        """Sends ``{type, event_data}`` and returns the whole reply (nothing raised for a refusal).
+
+        >>> socket.send("session.validate")["event_data"]  # doctest: +SKIP
+        {'is_valid': True, 'error_messages': [], ...}
+        """
         if not isinstance(type, str) or not type:
             raise InvalidArgumentError("type: a request needs a type such as 'session.status'", argument="type")
         return self._request(type, event_data, lambda reply: reply)
 
     def status(self) -> Any:
         """The session's record (``LensSession``); a refusal (a destroyed or unknown session)
-        raises ``LensEventError`` with the platform's messages, as ``read`` does."""
+        raises ``LensEventError`` with the platform's messages, as ``read`` does.
+
+        >>> socket.status().status  # doctest: +SKIP
+        'running'
+        """
         return self._request("session.status", None, _status_record)
 
     def validate(self) -> Any:
-        """The session's health and model checks: ``{is_valid, error_messages}`` (not raised)."""
+        """The session's health and model checks: ``{is_valid, error_messages}`` (not raised).
+
+        >>> socket.validate()  # doctest: +SKIP
+        {'is_valid': True, 'error_messages': [], ...}
+        """
         return self._request("session.validate", None, lambda reply: reply.get("event_data"))
 
     def read(self, client_id: Optional[str] = None) -> Any:
         """Outputs waiting in the session's mailbox since this reader's last read
-        (``{messages, client_id}``), or ``None``; a new ``client_id`` replays from the start."""
+        (``{messages, client_id}``), or ``None``; a new ``client_id`` replays from the start.
+
+        >>> for message in (socket.read() or {}).get("messages", []):  # doctest: +SKIP
+        ...     print(message)
+        """
         reader = self.client_id if client_id is None else _text(client_id, "client_id")
         return self._request("session.read", {"client_id": reader}, _event_data)
 
     def update(self, event: Any) -> Any:
         """Pushes one input event: a ``{type, event_data}`` dict, or a numeric window (numpy
-        (channels, window), pandas (time, channels), lists) sent as ``data.numeric_array``."""
+        (channels, window), pandas (time, channels), lists) sent as ``data.numeric_array``.
+
+        >>> socket.update(np.random.rand(3, 256))  # doctest: +SKIP
+        {'is_valid': True, 'error_messages': [], ...}
+        >>> socket.update({"type": "data.json", "event_data": {"line": 3}})  # doctest: +SKIP
+        {'is_valid': True, 'error_messages': [], ...}
+        """
         return self._request("session.update", _input_event(event), _event_data)
 
     def modify(self, lens_config: Optional[Mapping[str, Any]] = None, **fields: Any) -> Any:
         """Changes the running session's lens configuration (a whole ``lens_config`` or some of its
-        fields)."""
+        fields).
+
+        >>> socket.modify(model_parameters={"threshold": 0.5})  # doctest: +SKIP
+        {'is_valid': True, 'error_messages': [], ...}
+        """
         if lens_config is not None and not isinstance(lens_config, Mapping):
             raise TypeError(f"lens_config: expected a dict, got {type(lens_config).__name__}")
         body = {"lens_config": dict(lens_config)} if lens_config is not None else dict(fields)
@@ -494,7 +585,11 @@ class SessionSocket:
 
     def set_input_stream(self, stream_type: str, stream_config: Mapping[str, Any]) -> Any:
         """Feeds the session from a stream: ``csv_file_reader`` ``{file_id}``,
-        ``video_file_reader`` ``{file_id}``, ``rtsp_video_streamer`` ``{rtsp_url, ...}``."""
+        ``video_file_reader`` ``{file_id}``, ``rtsp_video_streamer`` ``{rtsp_url, ...}``.
+
+        >>> socket.set_input_stream("csv_file_reader", {"file_id": "line3.csv"})  # doctest: +SKIP
+        {'is_valid': True, 'error_messages': [], ...}
+        """
         return self._request("input_stream.set", _stream(stream_type, stream_config), _event_data)
 
     def set_output_stream(self, stream_type: str, stream_config: Mapping[str, Any]) -> Any:
@@ -508,7 +603,11 @@ class SessionSocket:
         return self._request("model.query", fields, _event_data)
 
     def destroy(self) -> Any:
-        """Destroys the session (its streams end); close the socket afterwards."""
+        """Destroys the session (its streams end); close the socket afterwards.
+
+        >>> socket.destroy()  # doctest: +SKIP
+        {'is_valid': True, 'error_messages': [], ...}
+        """
         return self._request("session.destroy", None, _event_data)
 
     def close(self) -> Any:
@@ -557,6 +656,11 @@ class AsyncSessionSocket(SessionSocket):
     """``SessionSocket`` whose calls are awaited; ``async with`` closes it."""
 
     _asynchronous = True
+
+    async def aclose(self) -> None:
+        """Closes the socket with the close handshake; the same as ``await socket.close()``, named
+        as on ``AsyncClient`` and the event stream."""
+        await self.close()
 
     async def __aenter__(self) -> AsyncSessionSocket:
         return self

@@ -21,7 +21,11 @@ class Models(Resource):
     def list(self, model_family: Optional[str] = None, scope: Optional[str] = None, search: Optional[str] = None,
              variant: Optional[str] = None) -> Any:
         """Iterates the models the organization may use. ``scope`` is platform, org or all; ``search``
-        matches id, description, family and variant case-insensitively."""
+        matches id, description, family and variant case-insensitively.
+
+        >>> [m.id for m in client.models.list(search="encoder")]  # doctest: +SKIP
+        ['Encoder::encoder_embeddings_01', ...]
+        """
         params = query(model_family=string(model_family, "model_family"), scope=one_of(scope, SCOPES, "scope"),
                        search=string(search, "search"), variant=string(variant, "variant"))
         return self._list(ListRequest("/models", Model.from_dict, params))
