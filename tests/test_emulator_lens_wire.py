@@ -219,10 +219,17 @@ def test_both_status_spellings(emu: Emulator) -> None:
         Emulator(lens_status_style="roman")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("ttl", [0, -1, 0.0])
+def test_a_session_ttl_that_would_expire_every_session_at_once_is_refused(ttl: float) -> None:
+    with pytest.raises(ValueError, match="session_ttl_sec must be above 0"):
+        Emulator(session_ttl_sec=ttl)
+
+
 def test_sessions_expire_after_their_ttl_of_inactivity() -> None:
+    # The spec's session_ttl_sec is whole seconds: 0.6 is in force as 1, and the record says so.
     with Emulator(session_ttl_sec=0.6, lens_heartbeat_interval=0.1) as emu:
         session = create(emu, register(emu, [NOOP, SSE]))
-        assert session["session_ttl_sec"] == 0
+        assert session["session_ttl_sec"] == 1
         sid = session["session_id"]
         for _ in range(4):  # events keep it alive past its ttl
             time.sleep(0.3)

@@ -10,6 +10,7 @@ import base64
 import http.client
 import json
 import math
+import re
 import socket
 import struct
 import urllib.parse
@@ -470,7 +471,11 @@ def test_status_faults_with_retry_after(emu: Emulator) -> None:
     assert first.headers["Retry-After"] == "2"
     second = query(emu)
     assert_error(second, 429, "rate_limit_exceeded")
-    assert second.headers["Retry-After"] == "0.5"
+    # RFC 9110's delay-seconds is a whole number (urllib3 refuses "0.5"): rounded up, with the
+    # precise wait in retry-after-ms, which clients that know it read first.
+    assert second.headers["Retry-After"] == "1"
+    assert second.headers["retry-after-ms"] == "500"
+    assert first.headers["retry-after-ms"] == "2000"
     assert query(emu).status == 200
     assert_error(request(emu, "GET", "/files/info"), 500, "internal_error")
     assert request(emu, "GET", "/files/info").status == 200
@@ -603,3 +608,204 @@ def test_upload_larger_than_axum_default_limit(emu: Emulator) -> None:
     assert upload(emu, "big.csv", content).status == 200
     assert request(emu, "GET", "/files/download/big.csv").raw == content
     assert request(emu, "GET", "/files/metadata/big.csv").json()["file_type"] == "text/csv"
+
+
+# --- Emulator controls: what they accept, and the limits they set -------------------------------
+
+
+def test_rate_limit_retry_after_is_whole_seconds_with_the_precise_wait_in_ms() -> None:
+    # One request every 2 s: the second of two back-to-back requests waits up to 2 s.
+    with Emulator(rate_limit=0.5) as emu:
+        assert request(emu, "GET", "/models").status == 200
+        refused = request(emu, "GET", "/models")
+    assert_error(refused, 429, "rate_limit_exceeded")
+    seconds, millis = refused.headers["Retry-After"], refused.headers["retry-after-ms"]
+    assert seconds.isdigit() and millis.isdigit(), (seconds, millis)
+    assert 0 < int(millis) <= 2000
+    assert int(seconds) == math.ceil(int(millis) / 1000)
+
+
+def test_retry_after_of_a_fractional_rate_limit_is_read_by_urllib3() -> None:
+    urllib3 = pytest.importorskip("urllib3")
+    with Emulator(rate_limit=0.5) as emu:
+        headers = {"Authorization": f"Bearer {emu.api_key}"}
+        with urllib3.PoolManager() as pool:
+            assert pool.request("GET", emu.base_url + "/models", headers=headers, retries=False).status == 200
+            refused = pool.request("GET", emu.base_url + "/models", headers=headers, retries=False)
+    assert refused.status == 429
+    # Raised InvalidHeader for the "0.499" the emulator used to send.
+    assert urllib3.util.Retry(total=1).parse_retry_after(refused.headers["Retry-After"]) >= 1
+
+
+@pytest.mark.parametrize("path", ["/models", "/agents/nodes/registry"])
+def test_every_list_pages_by_page_size_and_limit_and_refuses_made_up_cursors(path: str) -> None:
+    with Emulator() as whole:
+        everything = request(whole, "GET", path).json()["data"]
+    assert len(everything) > 2
+    with Emulator(page_size=2) as emu:
+        seen: list[Any] = []
+        reply = request(emu, "GET", path).json()
+        while True:
+            assert len(reply["data"]) <= 2
+            seen += reply["data"]
+            if not reply["has_more"]:
+                assert reply["next_cursor"] is None
+                break
+            reply = request(emu, "GET", f"{path}?after={urllib.parse.quote(reply['next_cursor'])}").json()
+        assert seen == everything
+        assert len(request(emu, "GET", f"{path}?limit=1").json()["data"]) == 1
+        assert_error(request(emu, "GET", f"{path}?limit=0"), 400, "invalid_request")
+        assert_error(request(emu, "GET", f"{path}?after=zzz"), 400, "invalid_cursor")
+
+
+def test_the_client_lists_every_model_and_node_across_pages() -> None:
+    with Emulator() as whole, whole.client() as c:
+        models, nodes = [m.id for m in c.models.list()], [n.key for n in c.agents.nodes.registry()]
+    with Emulator(page_size=2) as emu, emu.client() as c:
+        assert [m.id for m in c.models.list()] == models
+        assert [n.key for n in c.agents.nodes.registry()] == nodes
+        assert len([r for r in emu.requests if r.path == "/v0.5/models"]) == math.ceil(len(models) / 2)
+
+
+def test_inject_matches_a_fine_tuning_path_as_the_spec_writes_it(emu: Emulator) -> None:
+    # The spec writes fine-tuning paths relative to the /v0.6 base, as it does the others to /v0.5.
+    emu.inject("GET", "/fine_tuning/jobs", 500, times=1)
+    assert request(emu, "GET", "/v0.6/fine_tuning/jobs").status == 500
+    assert request(emu, "GET", "/v0.6/fine_tuning/jobs").status == 200
+    emu.inject("GET", "/v0.6/fine_tuning/jobs", 503, times=1)
+    assert request(emu, "GET", "/v0.6/fine_tuning/jobs").status == 503
+    emu.inject(None, "/fine_tuning/*", 502, times=1)
+    assert request(emu, "GET", "/v0.5/models").status == 200
+    assert request(emu, "GET", "/v0.6/fine_tuning/checkpoint_options").status == 502
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(("args", "kwargs", "argument"), [
+    (("FOO", "/models", 500), {}, "method"),
+    ((None, "models", 500), {}, "path"),
+    ((None, "/models?scope=all", 500), {}, "path"),
+    (("GET", "/models"), {}, "a status, an action or a delay"),
+    (("GET", "/models", 500), {"times": 0}, "times"),
+    (("GET", "/models", 500), {"times": -1}, "times"),
+    (("GET", "/models", -1), {}, "status"),
+    (("GET", "/models", 70000), {}, "status"),
+    (("GET", "/models", 429), {"retry_after": -1}, "retry_after"),
+    (("GET", "/models", 429), {"retry_after": NAN}, "retry_after"),
+    (("GET", "/models", 429), {"retry_after": INF}, "retry_after"),
+])
+def test_inject_refuses_a_rule_that_could_never_fire_naming_the_argument(
+    emu: Emulator, args: tuple[Any, ...], kwargs: dict[str, Any], argument: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(argument)):
+        emu.inject(*args, **kwargs)
+    assert request(emu, "GET", "/models").status == 200
+    # The control route takes the same rules and refuses the same ones.
+    method, path, *status = args
+    rule = {"method": method, "path": path, "status": status[0] if status else None, **kwargs}
+    if not any(isinstance(v, float) and not math.isfinite(v) for v in rule.values()):  # not JSON
+        refused = post_json(emu, "/_emulator/faults", rule, key=None)
+        assert refused.status == 400 and argument in refused.json()["errors"][0]["message"], refused.raw
+
+
+def test_inject_still_takes_a_method_in_any_case_and_any_method(emu: Emulator) -> None:
+    emu.inject("get", "/models", 500)
+    emu.inject("*", "/models", 502)
+    emu.inject(None, "/models", 503)
+    assert [request(emu, "GET", "/models").status for _ in range(4)] == [500, 502, 503, 200]
+
+
+@pytest.mark.parametrize(("make", "argument", "allowed"), [
+    (lambda: Emulator(port=-1), "port", "0 to 65535"),
+    (lambda: Emulator(port=70000), "port", "0 to 65535"),
+    (lambda: Emulator(page_size=-3), "page_size", "1 to 1000"),
+    (lambda: Emulator(page_size=2**70), "page_size", "1 to 1000"),
+    (lambda: Emulator(max_upload_bytes=-5), "max_upload_bytes", "at least 0"),
+    (lambda: Emulator(upload_part_size=-1), "upload_part_size", "at least 1"),
+    (lambda: Emulator(upload_part_size=0), "upload_part_size", "at least 1"),
+])
+def test_out_of_range_emulator_options_are_value_errors_naming_them(make: Any, argument: str, allowed: str) -> None:
+    with pytest.raises(ValueError, match=argument) as refused:
+        make()
+    assert allowed in str(refused.value)
+
+
+@pytest.mark.parametrize(("control", "argument", "allowed"), [
+    (lambda e: e.drop_streams(-1), "every", "at least 1"),
+    (lambda e: e.inject("GET", "/models", 500, times=-1), "times", "at least 1"),
+    (lambda e: e.inject("GET", "/models", -1), "status", "100 to 599"),
+    (lambda e: e.inject_upload_part(-1, status=500), "part_number", "1 to 10000"),
+    (lambda e: e.inject_upload_part(0, status=500), "part_number", "1 to 10000"),
+    (lambda e: e.inject_upload_part(1, status=500, times=0), "times", "at least 1"),
+    (lambda e: e.fail_queries("x", times=-1), "times", "at least 0"),
+])
+def test_out_of_range_control_arguments_are_value_errors_naming_them(
+    emu: Emulator, control: Any, argument: str, allowed: str
+) -> None:
+    with pytest.raises(ValueError, match=argument) as refused:
+        control(emu)
+    assert allowed in str(refused.value)
+
+
+def test_a_wrong_type_is_still_a_type_error_naming_the_argument() -> None:
+    with pytest.raises(TypeError, match="port"):
+        Emulator(port="abc")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("option", ["rate_limit", "max_query_size_mb"])
+def test_nonpositive_limits_are_refused_with_a_plain_message(option: str) -> None:
+    with pytest.raises(ValueError, match=f"{option} must be a positive number, got 0") as refused:
+        Emulator(**{option: 0})
+    assert "Some(" not in str(refused.value)
+
+
+@pytest.mark.parametrize("key", ["", " ", "sk emu", "sk-emu\n1", "sk-\x00emu", "sk-émü"])
+def test_an_api_key_the_emulator_could_not_accept_is_refused(key: str) -> None:
+    with pytest.raises(ValueError, match="api_key") as refused:
+        Emulator(api_key=key)
+    if key.strip():
+        assert key not in str(refused.value)
+
+
+def test_a_chosen_api_key_still_works() -> None:
+    with Emulator(api_key="sk-my_own.key~1") as emu:
+        assert request(emu, "GET", "/models").status == 200
+
+
+def test_initiate_with_a_negative_size_names_num_bytes(emu: Emulator) -> None:
+    reply = post_json(emu, "/files/uploads/initiate", {"filename": "a.csv", "file_type": "text/csv", "num_bytes": -1})
+    err = assert_error(reply, 400, "invalid_request")
+    assert "num_bytes" in err["message"] and "u64" not in err["message"], err
+
+
+def test_the_key_is_redacted_wherever_a_request_carries_it(emu: Emulator) -> None:
+    other = emu.new_api_key()
+    for key in (emu.api_key, other):
+        request(emu, "GET", "/models", key=None, headers={"X-Api-Key": key})
+        request(emu, "GET", f"/models?api_key={key}&scope=all", key=None)
+        post_json(emu, "/query", {"model": REASONER, "query": f"my key is {key}"}, key=key)
+    log = emu.requests
+    assert len(log) == 6
+    assert [r.query for r in log[1::3]] == ["api_key=<redacted>&scope=all"] * 2
+    assert [r.headers["x-api-key"] for r in log[0::3]] == ["<redacted>"] * 2
+    assert all(b"my key is <redacted>" in (r.body or b"") for r in log[2::3])
+    raw = request(emu, "GET", "/_emulator/requests", key=None).raw
+    for key in (emu.api_key, other):
+        assert key not in repr(log) and key.encode() not in raw
+
+
+def test_controls_after_stop_say_the_emulator_is_stopped() -> None:
+    emu = Emulator()
+    emu.stop()
+    for control in (
+        lambda: emu.inject("GET", "/models", 500),
+        lambda: emu.fail_next_job("agent", error="x"),
+        lambda: emu.new_api_key(),
+        lambda: emu.fail_queries("x"),
+        lambda: emu.drop_streams(2),
+    ):
+        with pytest.raises(RuntimeError, match="stopped"):
+            control()
+    assert emu.requests == []  # the log stays readable after stop
+    emu.stop()

@@ -158,3 +158,41 @@ def test_cache(sensorium_client):
 ''')
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(("argv", "flag"), [
+    (["--port", "-1"], "--port"),
+    (["--port", "70000"], "--port"),
+    (["--page-size", "-3"], "--page-size"),
+    (["--page-size", "0"], "--page-size"),
+    (["--max-upload-bytes", "-5"], "--max-upload-bytes"),
+    (["--upload-part-size", "-1"], "--upload-part-size"),
+    (["--rate-limit", "0"], "--rate-limit"),
+    (["--max-query-size-mb", "-1"], "--max-query-size-mb"),
+    (["--session-ttl-sec", "0"], "--session-ttl-sec"),
+    (["--api-key", " "], "--api-key"),
+])
+def test_command_line_errors_name_the_flag(capsys, argv, flag):
+    from sensorium import emulator as cli
+
+    with pytest.raises(SystemExit) as ended:
+        cli.main(argv)
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: {flag} " in err and "Traceback" not in err and "Some(" not in err, err
+
+
+def test_command_line_port_in_use_is_an_argument_error(capsys):
+    import socket
+
+    from sensorium import emulator as cli
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(SystemExit) as ended:
+            cli.main(["--port", str(port)])
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: --port {port}" in err and "in use" in err, err

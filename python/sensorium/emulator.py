@@ -97,6 +97,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _as_flag(message: str, parser: argparse.ArgumentParser) -> str:
+    """The core's message names the keyword argument (``page_size must be ...``); here it names
+    the flag the user typed (``--page-size must be ...``)."""
+    name, _, rest = message.partition(" ")
+    for action in parser._actions:
+        if action.dest == name and action.option_strings:
+            return f"{action.option_strings[0]} {rest}"
+    return message
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -120,7 +130,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             max_query_size_mb=args.max_query_size_mb,
         )
     except ValueError as e:
-        parser.error(str(e))
+        parser.error(_as_flag(str(e), parser))
+    except OSError as e:
+        # Binding is the only start-up step that meets the OS: a port in use, or an address this
+        # machine does not have.
+        parser.error(f"--port {args.port} (--host {args.host}): {e}")
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Optional[FrameType]) -> None:

@@ -59,7 +59,9 @@ DEFAULT_MODELS: tuple[str, ...] = tuple(m["id"] for m in EmulatorServer.default_
 class RecordedRequest:
     """One request the emulator received.
 
-    ``headers`` has lowercase names; the ``authorization`` value reads ``Bearer <redacted>``.
+    ``headers`` has lowercase names; the ``authorization`` value reads ``Bearer <redacted>``, and
+    any key the emulator issued reads ``<redacted>`` wherever else it was sent (another header,
+    the query string, the body).
     ``attempt`` is 1 plus the ``x-sensorium-retry-count`` header the client sent. ``body`` holds
     JSON bodies only (first MiB); ``body_len`` counts every body byte read. ``status`` is 0
     when the emulator reset the connection instead of answering.
@@ -124,12 +126,14 @@ class Emulator:
         ``list_style`` how the batch lists page: ``"cursor"`` (``{data, has_more, next_cursor}``,
         releases from 1.1.11) or ``"offset"`` (``{total, offset, limit, <entity>: [...]}``, before).
         Lens sessions expire after ``session_ttl_sec`` seconds without events (default 86400, as
-        live); an idle SSE stream sends a heartbeat every ``lens_heartbeat_interval`` seconds
+        live; above 0, and a fraction is rounded up to the whole seconds the spec's integer field
+        reports); an idle SSE stream sends a heartbeat every ``lens_heartbeat_interval`` seconds
         (default 1); ``lens_status_style`` spells ``session_status`` as the enum string
         (``"enum"``, ``LensSessionStatus.SESSION_STATUS_RUNNING``) or as a bare number
         (``"number"``, ``"3"``), both of which the platform sends.
         ``rate_limit`` turns on a per-organization limit of that many requests per second (bursts
-        of at most that many), answered beyond it with 429 and ``Retry-After``.
+        of at most that many, at least 1), answered beyond it with 429, ``Retry-After`` (whole
+        seconds, rounded up) and ``retry-after-ms`` (the exact wait).
         ``max_query_size_mb`` is the server setting of the spec's ``/query`` size limit: the
         combined prompt and the whole body of an encoder request above it get 413 (a request's
         own ``max_query_size_mb`` field overrides it); unset, encoder bodies are not limited.
@@ -245,12 +249,17 @@ class Emulator:
         """Add a fault rule. Rules are checked in order; a matching rule uses up one of ``times``
         (``None``: every time).
 
-        ``path`` matches with or without ``/v0.5``; a trailing ``*`` matches a prefix.
+        ``path`` starts with ``/`` and matches with or without its API version (``/v0.5``, or
+        ``/v0.6`` for the fine-tuning paths, so ``"/fine_tuning/jobs"`` as the spec writes it
+        works); a trailing ``*`` matches a prefix; a query string is not part of it.
         ``method=None`` matches any method. ``status`` answers with the platform's error body
-        (and ``Retry-After`` when ``retry_after`` is given); ``delay`` (seconds) waits first;
+        (and, when ``retry_after`` is given, ``Retry-After`` in whole seconds rounded up with
+        the exact wait in ``retry-after-ms``); ``delay`` (seconds) waits first;
         ``action`` is ``"reset"`` (drop the connection), ``"stall"`` (send half the body, then
         nothing) or ``"truncate"`` (send half the body, then close). An open-ended body, such as
-        a lens session's event stream, is cut inside its first chunk.
+        a lens session's event stream, is cut inside its first chunk. A rule that could never
+        apply (an unknown method, a path without its leading ``/``, no status, action or delay,
+        ``times=0``) is a ``ValueError`` naming the argument.
 
         Example::
 
@@ -394,7 +403,8 @@ class Emulator:
         self._server.clear_requests()
 
     def stop(self) -> None:
-        """Stop the server and remove its data. Safe to call more than once."""
+        """Stop the server and remove its data. Safe to call more than once. Afterwards
+        :attr:`requests` still reads the log, and the controls raise ``RuntimeError``."""
         self._server.stop()
 
     close = stop

@@ -4,13 +4,15 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyOverflowError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::bindings::convert::py_to_value;
 use crate::bindings::runtime;
-use crate::emulator::{Catalogue, Emulator, EmulatorOptions, FaultAction, FaultRule, LensStatusStyle, ListStyle, Role};
+use crate::emulator::{
+    Catalogue, Emulator, EmulatorOptions, FaultAction, FaultRule, LensStatusStyle, ListStyle, Role, FAULT_STATUSES,
+};
 
 #[pyclass(name = "EmulatorServer", module = "sensorium._core", frozen)]
 pub struct EmulatorServer {
@@ -18,8 +20,87 @@ pub struct EmulatorServer {
 }
 
 fn seconds(value: f64, name: &str) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(value)
-        .map_err(|_| PyValueError::new_err(format!("{name} must be a non-negative number of seconds, got {value}")))
+    // A Duration holds up to u64::MAX seconds (about 1.8e19): 1e20 is refused too, so say so.
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        PyValueError::new_err(format!("{name} must be a number of seconds from 0 to 1.8e19, got {value}"))
+    })
+}
+
+/// A time that must pass before something happens again: 0 would make it happen all the time
+/// (a lens session expire at once, a heartbeat never stop).
+fn positive_seconds(value: f64, name: &str) -> PyResult<Duration> {
+    if !(value > 0.0) {
+        return Err(PyValueError::new_err(format!("{name} must be above 0 seconds, got {value}")));
+    }
+    seconds(value, name)
+}
+
+/// A Python int as given, for the arguments whose range is checked here: PyO3's own conversion
+/// to an unsigned type raises a bare `OverflowError` for -1 or 2**70, naming neither the argument
+/// nor the range. `None` is an int beyond 128 bits. Other types keep PyO3's `TypeError`, which
+/// names the argument.
+#[derive(Clone, Copy)]
+struct IntArg(Option<i128>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for IntArg {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        match obj.extract::<i128>() {
+            Ok(n) => Ok(IntArg(Some(n))),
+            Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => Ok(IntArg(None)),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The allowed values of an integer argument, as its error message states them.
+enum Range {
+    FromTo(i128, i128),
+    /// At least the first; the second is the ceiling of the Rust type, rarely worth stating.
+    AtLeast(i128, i128),
+}
+
+/// `value` when it is in `range`, else a `ValueError` naming the argument and the range.
+fn ranged<T: TryFrom<i128>>(value: IntArg, name: &str, range: Range) -> PyResult<T> {
+    let (Range::FromTo(lo, hi) | Range::AtLeast(lo, hi)) = range;
+    if let Some(n) = value.0.filter(|n| (lo..=hi).contains(n)) {
+        if let Ok(n) = T::try_from(n) {
+            return Ok(n);
+        }
+    }
+    let allowed = match range {
+        Range::FromTo(lo, hi) => format!("from {lo} to {hi}"),
+        Range::AtLeast(lo, _) if value.0.is_some_and(|n| n < lo) => format!("at least {lo}"),
+        Range::AtLeast(_, hi) => format!("at most {hi}"),
+    };
+    let got = value.0.map_or_else(|| "an int beyond 128 bits".to_string(), |n| n.to_string());
+    Err(PyValueError::new_err(format!("{name} must be an integer {allowed}, got {got}")))
+}
+
+/// `ranged` for an optional argument.
+fn ranged_opt<T: TryFrom<i128>>(value: Option<IntArg>, name: &str, range: Range) -> PyResult<Option<T>> {
+    value.map(|v| ranged(v, name, range)).transpose()
+}
+
+const U32_MAX: i128 = u32::MAX as i128;
+const U64_MAX: i128 = u64::MAX as i128;
+
+/// A key the emulator can recognise when it comes back: it travels as `Authorization: Bearer
+/// <key>`, where an empty key, one with spaces or control characters (trimmed or refused on the
+/// way) or with non-ASCII characters never arrives as given, and the emulator would answer its
+/// own key with 401. The message never shows the key.
+fn check_api_key(key: &str) -> PyResult<()> {
+    if key.is_empty() {
+        return Err(PyValueError::new_err("api_key is empty; give visible ASCII characters, or None for a random key"));
+    }
+    if let Some(at) = key.chars().position(|c| !c.is_ascii_graphic()) {
+        return Err(PyValueError::new_err(format!(
+            "api_key has a space, a control or a non-ASCII character at position {at}; the key is sent in the \
+             Authorization header, so it takes visible ASCII characters only"
+        )));
+    }
+    Ok(())
 }
 
 fn parse_host(host: &str) -> PyResult<IpAddr> {
@@ -37,50 +118,65 @@ fn catalogue(models: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Catalogue>> {
     Catalogue::from_json(&value).map(Some).map_err(PyValueError::new_err)
 }
 
-/// A fault rule from Python arguments, with their ranges checked.
+/// A fault rule from Python arguments, refused (naming the argument) when it could never apply.
 #[allow(clippy::too_many_arguments)]
 fn fault_rule(
+    who: &str,
     method: Option<String>,
     path: String,
-    status: Option<u16>,
+    status: Option<IntArg>,
     retry_after: Option<f64>,
     delay: Option<f64>,
     action: Option<&str>,
-    times: Option<u32>,
+    times: Option<IntArg>,
     probability: f64,
 ) -> PyResult<FaultRule> {
     let action = action
         .map(|a| a.parse::<FaultAction>().map_err(PyValueError::new_err))
         .transpose()?;
-    if let Some(s) = status {
-        if !(100..=599).contains(&s) {
-            return Err(PyValueError::new_err(format!("status must be an HTTP status (100-599), got {s}")));
-        }
-    }
+    let statuses = Range::FromTo((*FAULT_STATUSES.start()).into(), (*FAULT_STATUSES.end()).into());
+    let status = ranged_opt(status, "status", statuses)?;
+    let times = ranged_opt(times, "times", Range::AtLeast(1, U32_MAX))?;
     if !(0.0..=1.0).contains(&probability) {
         return Err(PyValueError::new_err(format!("probability must be from 0 to 1, got {probability}")));
     }
     let delay = delay.map(|d| seconds(d, "delay")).transpose()?;
-    Ok(FaultRule { method, path, status, retry_after, delay, action, times, probability })
+    let retry_after = retry_after.map(|d| seconds(d, "retry_after")).transpose()?;
+    let rule = FaultRule { method, path, status, retry_after, delay, action, times, probability };
+    rule.check(who).map_err(PyValueError::new_err)?;
+    Ok(rule)
+}
+
+impl EmulatorServer {
+    /// The emulator, for a control that changes what it will do: after `stop` no request
+    /// reaches it, so the control would succeed and change nothing.
+    fn live(&self) -> PyResult<&Emulator> {
+        if self.emulator.is_stopped() {
+            return Err(PyRuntimeError::new_err(
+                "the emulator is stopped: its controls change nothing any more; start a new Emulator()",
+            ));
+        }
+        Ok(&self.emulator)
+    }
 }
 
 #[pymethods]
 impl EmulatorServer {
     #[new]
-    #[pyo3(signature = (port=0, host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None, models=None, work_duration=None, page_size=None, session_ttl_sec=None, lens_heartbeat_interval=None, lens_status_style="enum", list_style="cursor", rate_limit=None, max_query_size_mb=None))]
+    #[pyo3(signature = (port=IntArg(Some(0)), host="127.0.0.1", query_delay=0.0, max_upload_bytes=None, api_key=None, upload_part_size=None, upload_url_ttl=None, models=None, work_duration=None, page_size=None, session_ttl_sec=None, lens_heartbeat_interval=None, lens_status_style="enum", list_style="cursor", rate_limit=None, max_query_size_mb=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        port: u16,
+        port: IntArg,
         host: &str,
         query_delay: f64,
-        max_upload_bytes: Option<u64>,
+        max_upload_bytes: Option<IntArg>,
         api_key: Option<String>,
-        upload_part_size: Option<u64>,
+        upload_part_size: Option<IntArg>,
         upload_url_ttl: Option<f64>,
         models: Option<&Bound<'_, PyAny>>,
         work_duration: Option<f64>,
-        page_size: Option<usize>,
+        page_size: Option<IntArg>,
         session_ttl_sec: Option<f64>,
         lens_heartbeat_interval: Option<f64>,
         lens_status_style: &str,
@@ -90,24 +186,24 @@ impl EmulatorServer {
     ) -> PyResult<Self> {
         let list_style = list_style.parse::<ListStyle>().map_err(PyValueError::new_err)?;
         for (name, value) in [("rate_limit", rate_limit), ("max_query_size_mb", max_query_size_mb)] {
-            if value.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
-                return Err(PyValueError::new_err(format!("{name} must be a positive number, got {value:?}")));
+            if let Some(v) = value.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                return Err(PyValueError::new_err(format!("{name} must be a positive number, got {v}")));
             }
         }
-        if page_size.is_some_and(|n| !(1..=1000).contains(&n)) {
-            return Err(PyValueError::new_err("page_size must be from 1 to 1000"));
+        let page_size = ranged_opt(page_size, "page_size", Range::FromTo(1, crate::emulator::MAX_PAGE_SIZE as i128))?;
+        if let Some(key) = &api_key {
+            check_api_key(key)?;
         }
         let defaults = EmulatorOptions::default();
-        if upload_part_size == Some(0) {
-            return Err(PyValueError::new_err("upload_part_size must be at least 1 byte"));
-        }
         let opts = EmulatorOptions {
             host: parse_host(host)?,
-            port,
+            port: ranged(port, "port", Range::FromTo(0, u16::MAX.into()))?,
             query_delay: seconds(query_delay, "query_delay")?,
-            max_upload_bytes: max_upload_bytes.unwrap_or(defaults.max_upload_bytes),
+            max_upload_bytes: ranged_opt(max_upload_bytes, "max_upload_bytes", Range::AtLeast(0, U64_MAX))?
+                .unwrap_or(defaults.max_upload_bytes),
             api_key,
-            upload_part_size: upload_part_size.unwrap_or(defaults.upload_part_size),
+            upload_part_size: ranged_opt(upload_part_size, "upload_part_size", Range::AtLeast(1, U64_MAX))?
+                .unwrap_or(defaults.upload_part_size),
             upload_url_ttl: match upload_url_ttl {
                 Some(t) => seconds(t, "upload_url_ttl")?,
                 None => defaults.upload_url_ttl,
@@ -119,12 +215,11 @@ impl EmulatorServer {
             },
             page_size,
             session_ttl: match session_ttl_sec {
-                Some(t) => seconds(t, "session_ttl_sec")?,
+                Some(t) => positive_seconds(t, "session_ttl_sec")?,
                 None => defaults.session_ttl,
             },
             lens_heartbeat_interval: match lens_heartbeat_interval {
-                Some(t) if t > 0.0 => seconds(t, "lens_heartbeat_interval")?,
-                Some(t) => return Err(PyValueError::new_err(format!("lens_heartbeat_interval must be above 0 seconds, got {t}"))),
+                Some(t) => positive_seconds(t, "lens_heartbeat_interval")?,
                 None => defaults.lens_heartbeat_interval,
             },
             lens_status_style: lens_status_style.parse::<LensStatusStyle>().map_err(PyValueError::new_err)?,
@@ -158,7 +253,7 @@ impl EmulatorServer {
     #[pyo3(signature = (org=None, role="admin", models=None))]
     fn new_api_key(&self, org: Option<&str>, role: &str, models: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
         let role = role.parse::<Role>().map_err(PyValueError::new_err)?;
-        Ok(self.emulator.new_api_key(org, role, catalogue(models)?))
+        Ok(self.live()?.new_api_key(org, role, catalogue(models)?))
     }
 
     /// The default catalogue as `{"id", "family"}` dicts, in listing order.
@@ -176,90 +271,95 @@ impl EmulatorServer {
             .collect()
     }
 
-    #[pyo3(signature = (method, path, status=None, retry_after=None, delay=None, action=None, times=Some(1), probability=1.0))]
+    #[pyo3(signature = (method, path, status=None, retry_after=None, delay=None, action=None, times=Some(IntArg(Some(1))), probability=1.0))]
     #[allow(clippy::too_many_arguments)]
     fn inject(
         &self,
         method: Option<String>,
         path: String,
-        status: Option<u16>,
+        status: Option<IntArg>,
         retry_after: Option<f64>,
         delay: Option<f64>,
         action: Option<&str>,
-        times: Option<u32>,
+        times: Option<IntArg>,
         probability: f64,
     ) -> PyResult<()> {
-        self.emulator.inject(fault_rule(method, path, status, retry_after, delay, action, times, probability)?);
+        let rule = fault_rule("inject", method, path, status, retry_after, delay, action, times, probability)?;
+        self.live()?.inject(rule);
         Ok(())
     }
 
-    #[pyo3(signature = (part_number, *, status=None, action=None, delay=None, times=Some(1)))]
+    #[pyo3(signature = (part_number, *, status=None, action=None, delay=None, times=Some(IntArg(Some(1)))))]
     fn inject_upload_part(
         &self,
-        part_number: u32,
-        status: Option<u16>,
+        part_number: IntArg,
+        status: Option<IntArg>,
         action: Option<&str>,
         delay: Option<f64>,
-        times: Option<u32>,
+        times: Option<IntArg>,
     ) -> PyResult<()> {
-        if status.is_none() && action.is_none() && delay.is_none() {
-            return Err(PyValueError::new_err("inject_upload_part needs a status, an action or a delay"));
-        }
-        let rule = fault_rule(None, String::new(), status, None, delay, action, times, 1.0)?;
-        self.emulator.inject_upload_part(part_number, rule);
+        let max_parts = crate::emulator::MAX_UPLOAD_PARTS as i128;
+        let part_number = ranged(part_number, "part_number", Range::FromTo(1, max_parts))?;
+        // The path is the part's own (set by `inject_upload_part`); "/" stands in to pass the check.
+        let rule = fault_rule("inject_upload_part", None, "/".to_string(), status, None, delay, action, times, 1.0)?;
+        self.live()?.inject_upload_part(part_number, rule);
         Ok(())
     }
 
-    fn expire_upload_urls(&self) {
-        self.emulator.expire_upload_urls();
+    fn expire_upload_urls(&self) -> PyResult<()> {
+        self.live()?.expire_upload_urls();
+        Ok(())
     }
 
-    fn expire_output_urls(&self) {
-        self.emulator.expire_output_urls();
+    fn expire_output_urls(&self) -> PyResult<()> {
+        self.live()?.expire_output_urls();
+        Ok(())
     }
 
     fn clear_faults(&self) {
         self.emulator.clear_faults();
     }
 
-    #[pyo3(signature = (error_msg, times=1))]
-    fn fail_queries(&self, error_msg: &str, times: u32) {
-        self.emulator.fail_queries(error_msg, times);
+    #[pyo3(signature = (error_msg, times=IntArg(Some(1))))]
+    fn fail_queries(&self, error_msg: &str, times: IntArg) -> PyResult<()> {
+        // 0 has a use: it takes back failures still pending.
+        let times = ranged(times, "times", Range::AtLeast(0, U32_MAX))?;
+        self.live()?.fail_queries(error_msg, times);
+        Ok(())
     }
 
     #[pyo3(signature = (kind, *, error=None, failed_inputs=None))]
     fn fail_next_job(&self, kind: &str, error: Option<String>, failed_inputs: Option<Vec<String>>) -> PyResult<()> {
-        self.emulator.fail_next_job(kind, error, failed_inputs.unwrap_or_default()).map_err(PyValueError::new_err)
+        self.live()?.fail_next_job(kind, error, failed_inputs.unwrap_or_default()).map_err(PyValueError::new_err)
     }
 
     #[pyo3(signature = (seconds))]
     fn lag_agent_status(&self, seconds: f64) -> PyResult<()> {
-        self.emulator.lag_agent_status(self::seconds(seconds, "seconds")?);
+        self.live()?.lag_agent_status(self::seconds(seconds, "seconds")?);
         Ok(())
     }
 
     #[pyo3(signature = (every))]
-    fn drop_streams(&self, every: Option<u64>) -> PyResult<()> {
-        if every == Some(0) {
-            return Err(PyValueError::new_err("every must be a positive number of events, or None"));
-        }
-        self.emulator.drop_streams(every);
+    fn drop_streams(&self, every: Option<IntArg>) -> PyResult<()> {
+        let every = ranged_opt(every, "every", Range::AtLeast(1, U64_MAX))?;
+        self.live()?.drop_streams(every);
         Ok(())
     }
 
     #[pyo3(signature = (style))]
     fn set_lens_status_style(&self, style: &str) -> PyResult<()> {
-        self.emulator.set_lens_status_style(style.parse::<LensStatusStyle>().map_err(PyValueError::new_err)?);
+        self.live()?.set_lens_status_style(style.parse::<LensStatusStyle>().map_err(PyValueError::new_err)?);
         Ok(())
     }
 
-    fn close_idle_connections(&self) {
-        self.emulator.close_idle_connections();
+    fn close_idle_connections(&self) -> PyResult<()> {
+        self.live()?.close_idle_connections();
+        Ok(())
     }
 
     #[pyo3(signature = (seconds))]
     fn set_query_delay(&self, seconds: f64) -> PyResult<()> {
-        self.emulator.set_query_delay(self::seconds(seconds, "seconds")?);
+        self.live()?.set_query_delay(self::seconds(seconds, "seconds")?);
         Ok(())
     }
 

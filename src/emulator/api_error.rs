@@ -1,6 +1,8 @@
 //! Error answers in the spec's shapes: the `{errors: [...]}` envelope almost everywhere, and the
 //! legacy `{detail}` body that `/query` still uses for 401.
 
+use std::time::Duration;
+
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -19,7 +21,7 @@ pub(crate) struct ApiError {
     pub code: String,
     pub message: String,
     pub suggestion: Option<String>,
-    pub retry_after: Option<f64>,
+    pub retry_after: Option<Duration>,
     /// Answer `{detail: message}` instead of the envelope (legacy 401 of `/query`).
     pub legacy_detail: bool,
     /// Answer the error object alone, without the envelope (fine-tuning, some batch errors).
@@ -89,19 +91,20 @@ impl ApiError {
         self
     }
 
-    pub fn with_retry_after(mut self, seconds: Option<f64>) -> Self {
-        self.retry_after = seconds;
+    pub fn with_retry_after(mut self, wait: Option<Duration>) -> Self {
+        self.retry_after = wait;
         self
     }
 }
 
-/// `Retry-After` as given: whole seconds print without a fraction so HTTP-strict clients parse it.
-pub(crate) fn retry_after_value(seconds: f64) -> String {
-    if seconds.fract() == 0.0 && seconds.abs() < 1e15 {
-        format!("{}", seconds as i64)
-    } else {
-        format!("{seconds}")
-    }
+/// The two headers of a wait: `Retry-After` in whole seconds, rounded up (RFC 9110's
+/// delay-seconds is a whole number, and urllib3/requests refuse `0.5`), and `retry-after-ms`
+/// with the wait to the millisecond, also rounded up, which clients that know it (openai-python,
+/// sensorium) read first, so a sub-second wait is not stretched to a second.
+pub(crate) fn retry_after_headers(wait: Duration) -> [(&'static str, String); 2] {
+    let seconds = wait.as_secs().saturating_add(u64::from(wait.subsec_nanos() > 0));
+    let millis = wait.as_nanos().div_ceil(1_000_000);
+    [("retry-after", seconds.to_string()), ("retry-after-ms", millis.to_string())]
 }
 
 impl IntoResponse for ApiError {
@@ -123,11 +126,28 @@ impl IntoResponse for ApiError {
                 (self.status, Json(ErrorEnvelope { errors: vec![object] })).into_response()
             }
         };
-        if let Some(seconds) = self.retry_after {
-            if let Ok(value) = HeaderValue::from_str(&retry_after_value(seconds)) {
-                response.headers_mut().insert("retry-after", value);
+        if let Some(wait) = self.retry_after {
+            for (name, value) in retry_after_headers(wait) {
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    response.headers_mut().insert(name, value);
+                }
             }
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_whole_seconds_rounded_up_and_exact_in_milliseconds() {
+        let headers = |wait| retry_after_headers(wait).map(|(_, v)| v);
+        assert_eq!(headers(Duration::from_millis(499)), ["1", "499"]);
+        assert_eq!(headers(Duration::from_secs(2)), ["2", "2000"]);
+        assert_eq!(headers(Duration::ZERO), ["0", "0"]);
+        assert_eq!(headers(Duration::from_nanos(1_000_001)), ["1", "2"]);
+        assert_eq!(headers(Duration::MAX)[0], u64::MAX.to_string());
     }
 }

@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use super::api_error::ApiError;
 use super::auth::Role;
 use super::catalogue::Catalogue;
-use super::faults::{FaultAction, FaultRule};
+use super::faults::{FaultAction, FaultRule, STATUSES};
 use super::jobs::Failure;
 use super::lens::StatusStyle as LensStatusStyle;
 use super::paging::Params;
@@ -70,9 +70,11 @@ pub(crate) fn rule_from_json(m: &Map<String, Value>) -> Result<FaultRule, ApiErr
         None | Some(Value::Null) => None,
         Some(v) => Some(
             v.as_u64()
-                .filter(|s| (100..=599).contains(s))
-                .map(|s| s as u16)
-                .ok_or_else(|| ApiError::invalid_request("'status' must be an HTTP status (100-599)."))?,
+                .and_then(|s| u16::try_from(s).ok())
+                .filter(|s| STATUSES.contains(s))
+                .ok_or_else(|| {
+                    ApiError::invalid_request(format!("'status' must be an HTTP status ({}-{}).", STATUSES.start(), STATUSES.end()))
+                })?,
         ),
     };
     let action = match text("action")? {
@@ -95,13 +97,13 @@ pub(crate) fn rule_from_json(m: &Map<String, Value>) -> Result<FaultRule, ApiErr
             .filter(|p| (0.0..=1.0).contains(p))
             .ok_or_else(|| ApiError::invalid_request("'probability' must be a number from 0 to 1."))?,
     };
-    Ok(FaultRule {
+    let rule = FaultRule {
         method: text("method")?,
         path,
         status,
         retry_after: match m.get("retry_after") {
             None | Some(Value::Null) => None,
-            Some(v) => Some(v.as_f64().ok_or_else(|| ApiError::invalid_request("'retry_after' must be a number."))?),
+            Some(v) => Some(seconds(v, "retry_after")?),
         },
         delay: match m.get("delay") {
             None | Some(Value::Null) => None,
@@ -110,7 +112,9 @@ pub(crate) fn rule_from_json(m: &Map<String, Value>) -> Result<FaultRule, ApiErr
         action,
         times,
         probability,
-    })
+    };
+    rule.check("a fault").map_err(ApiError::invalid_request)?;
+    Ok(rule)
 }
 
 async fn add_fault(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Result<Json<Value>, ApiError> {
@@ -118,7 +122,7 @@ async fn add_fault(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Res
     shared.faults.push(rule.clone());
     Ok(Json(json!({
         "method": rule.method, "path": rule.path, "status": rule.status,
-        "retry_after": rule.retry_after, "delay": rule.delay.map(|d| d.as_secs_f64()),
+        "retry_after": rule.retry_after.map(|d| d.as_secs_f64()), "delay": rule.delay.map(|d| d.as_secs_f64()),
         "action": rule.action.map(|a| a.as_str()), "times": rule.times, "probability": rule.probability,
     })))
 }
@@ -294,5 +298,8 @@ mod tests {
         assert!(rule_from_json(&m(json!({"status": 500}))).is_err());
         assert!(rule_from_json(&m(json!({"path": "/q", "action": "boom"}))).unwrap_err().message.contains("boom"));
         assert!(rule_from_json(&m(json!({"path": "/q", "probability": 2}))).is_err());
+        for bad in [json!({"path": "/q", "status": 500, "retry_after": -1}), json!({"path": "/q"}), json!({"path": "q", "status": 500})] {
+            assert!(rule_from_json(&m(bad.clone())).is_err(), "{bad}");
+        }
     }
 }

@@ -44,13 +44,15 @@ impl FaultAction {
     }
 }
 
-/// One rule. `path` matches with or without the `/v0.5` prefix; a trailing `*` matches a prefix.
+/// One rule. `path` matches with or without its API version (`/v0.5`, or `/v0.6` for the
+/// fine-tuning paths the spec writes relative to that base); a trailing `*` matches a prefix.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FaultRule {
     pub method: Option<String>,
     pub path: String,
     pub status: Option<u16>,
-    pub retry_after: Option<f64>,
+    /// Sent as `Retry-After` (whole seconds) and `retry-after-ms` with a status.
+    pub retry_after: Option<Duration>,
     pub delay: Option<Duration>,
     pub action: Option<FaultAction>,
     /// How many requests it applies to; `None` means every matching request.
@@ -73,16 +75,58 @@ impl Default for FaultRule {
     }
 }
 
+/// The methods a rule may name (in any case); `*`, like no method, matches every one.
+const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "*"];
+
+/// The statuses a rule may answer with, written once for every way a rule is made.
+pub(crate) const STATUSES: std::ops::RangeInclusive<u16> = 100..=599;
+
+/// The API bases the spec writes paths relative to: `/v0.5`, and `/v0.6` for fine-tuning.
+const VERSIONS: &[&str] = &["/v0.5", "/v0.6"];
+
 impl FaultRule {
+    /// Why the rule could never apply, naming the argument (`who` is the call that made it): a
+    /// typo here would otherwise leave a test passing with no fault injected.
+    pub fn check(&self, who: &str) -> Result<(), String> {
+        if let Some(m) = &self.method {
+            if !METHODS.iter().any(|known| known.eq_ignore_ascii_case(m)) {
+                return Err(format!(
+                    "method is {m:?}; it takes one of {} (any case), or None for every method",
+                    METHODS.join(", ")
+                ));
+            }
+        }
+        let path = &self.path;
+        if !path.starts_with('/') && path != "*" {
+            return Err(format!("path is {path:?}; it must start with \"/\" (\"/query\", \"/files/*\"), or be \"*\""));
+        }
+        if path.contains('?') {
+            return Err(format!("path is {path:?}; a rule matches the path without its query string: leave out \"?...\""));
+        }
+        if self.status.is_none() && self.action.is_none() && self.delay.is_none() {
+            return Err(format!("{who} needs a status, an action or a delay"));
+        }
+        if let Some(status) = self.status.filter(|s| !STATUSES.contains(s)) {
+            return Err(format!("status must be an HTTP status ({} to {}), got {status}", STATUSES.start(), STATUSES.end()));
+        }
+        if self.times == Some(0) {
+            return Err("times is 0, so the rule would never apply; give at least 1, or None for every time".to_string());
+        }
+        Ok(())
+    }
+
     fn matches(&self, method: &str, path: &str) -> bool {
         if let Some(m) = &self.method {
             if !m.eq_ignore_ascii_case(method) && m != "*" {
                 return false;
             }
         }
-        // "/v0.5*" and "*" both mean "everything"; otherwise compare unversioned forms.
-        let pattern = if self.path == "/v0.5*" { "*" } else { without_version(&self.path) };
-        glob(pattern, without_version(path))
+        // "/v0.5*" and "*" both mean "everything"; otherwise the rule matches the path as written
+        // or both without their versions.
+        if self.path == "/v0.5*" {
+            return true;
+        }
+        glob(&self.path, path) || glob(without_version(&self.path), without_version(path))
     }
 
     /// The error answer of a status fault, with the code the platform uses for that status.
@@ -120,13 +164,17 @@ fn glob(pattern: &str, path: &str) -> bool {
 }
 
 fn without_version(path: &str) -> &str {
-    if path == "/v0.5" {
-        "/"
-    } else if path.starts_with("/v0.5/") {
-        &path[5..]
-    } else {
-        path
+    for version in VERSIONS {
+        if let Some(rest) = path.strip_prefix(version) {
+            if rest.is_empty() {
+                return "/";
+            }
+            if rest.starts_with('/') {
+                return rest;
+            }
+        }
     }
+    path
 }
 
 struct ActiveRule {
@@ -212,6 +260,29 @@ mod tests {
         assert!(!rule(None, "/files/*", None).matches("GET", "/v0.5/models"));
         assert!(rule(None, "*", None).matches("GET", "/v0.5/models"));
         assert!(rule(None, "/v0.5*", None).matches("GET", "/v0.5/models"));
+        // Fine-tuning paths as the spec writes them, relative to the /v0.6 base.
+        assert!(rule(None, "/fine_tuning/jobs", None).matches("GET", "/v0.6/fine_tuning/jobs"));
+        assert!(rule(None, "/v0.6/fine_tuning/*", None).matches("GET", "/v0.6/fine_tuning/jobs"));
+        assert!(rule(None, "/v0.6*", None).matches("GET", "/v0.6/fine_tuning/jobs"));
+        assert!(!rule(None, "/v0.6*", None).matches("GET", "/v0.5/models"));
+        assert!(!rule(None, "/fine_tuning/jobs", None).matches("GET", "/v0.6x/fine_tuning/jobs"));
+    }
+
+    #[test]
+    fn rules_that_could_never_apply_are_refused_naming_the_argument() {
+        let ok = rule(Some("get"), "/query", None);
+        assert_eq!(ok.check("inject"), Ok(()));
+        let refused = |r: FaultRule, word: &str| {
+            let e = r.check("inject").unwrap_err();
+            assert!(e.contains(word), "{e}");
+        };
+        refused(FaultRule { method: Some("FOO".into()), ..ok.clone() }, "method");
+        refused(FaultRule { path: "models".into(), ..ok.clone() }, "path");
+        refused(FaultRule { path: "/models?scope=all".into(), ..ok.clone() }, "path");
+        refused(FaultRule { status: None, ..ok.clone() }, "inject needs a status, an action or a delay");
+        refused(FaultRule { status: Some(99), ..ok.clone() }, "status");
+        refused(FaultRule { times: Some(0), ..ok.clone() }, "times");
+        assert_eq!(FaultRule { path: "*".into(), times: None, ..ok }.check("inject"), Ok(()));
     }
 
     #[test]

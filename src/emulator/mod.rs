@@ -42,6 +42,12 @@ pub use lens::{StatusStyle as LensStatusStyle, DEFAULT_HEARTBEAT_INTERVAL, DEFAU
 pub use options::{EmulatorOptions, ListStyle, DEFAULT_UPLOAD_PART_SIZE, DEFAULT_UPLOAD_URL_TTL};
 pub use recorder::{RecordedRequest, BODY_CAPTURE_LIMIT};
 pub use state::DEFAULT_ORG;
+/// The largest page a list gives (`Emulator(page_size=...)`, `?limit=`).
+pub(crate) use paging::MAX_LIMIT as MAX_PAGE_SIZE;
+/// The most parts a direct upload has (`inject_upload_part`'s part numbers).
+pub(crate) use files::direct::layout::MAX_PARTS as MAX_UPLOAD_PARTS;
+/// The statuses a fault rule may answer with.
+pub(crate) use faults::STATUSES as FAULT_STATUSES;
 
 use state::Shared;
 
@@ -102,6 +108,11 @@ impl Emulator {
     /// `models` gives the organization its own catalogue; `None` leaves it as it is.
     pub fn new_api_key(&self, org: Option<&str>, role: Role, models: Option<Catalogue>) -> String {
         self.inner.shared.issue_key(org, role, models).0
+    }
+
+    /// Whether [`Emulator::shutdown`] has been called (or the last handle dropped).
+    pub fn is_stopped(&self) -> bool {
+        self.inner.shared.shutdown.is_cancelled()
     }
 
     pub fn inject(&self, rule: FaultRule) {

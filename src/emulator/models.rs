@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use super::api_error::ApiError;
 use super::auth;
 use super::catalogue::ModelEntry;
+use super::paging::{page, Params};
 use super::state::Shared;
 use crate::wire::models::ModelFamily;
 
@@ -74,10 +75,10 @@ pub(crate) async fn list(
             "Unknown scope {scope:?}: expected platform, org or all."
         )));
     }
-    let data: Vec<Value> = selected
+    let data: Vec<(String, Value)> = selected
         .into_iter()
-        .map(record)
-        .filter(|m| {
+        .map(|entry| (entry.id.clone(), record(entry)))
+        .filter(|(_, m)| {
             let field = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("").to_string();
             let scope_ok = scope == "all" || field("scope") == scope;
             let variant_ok = variant.as_ref().is_none_or(|v| field("variant").eq_ignore_ascii_case(v));
@@ -89,5 +90,7 @@ pub(crate) async fn list(
             scope_ok && variant_ok && search_ok
         })
         .collect();
-    Ok(Json(json!({ "data": data, "has_more": false, "next_cursor": null })))
+    // A cursor list since 1.1.11, paged like every other: `limit`, `after`/`before` (an id),
+    // `Emulator(page_size=...)` by default.
+    Ok(Json(page(data, &Params::parse(query.as_deref()), shared.page_size)?))
 }

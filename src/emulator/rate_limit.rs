@@ -20,10 +20,11 @@ impl OrgRateLimit {
         if !(per_second.is_finite() && per_second > 0.0) {
             return None;
         }
-        // One request every 1/r seconds, and a bucket of r (at least 1) for bursts; a
-        // fractional rate such as 0.5/s still admits one request at a time.
+        // One request every 1/r seconds, and a bucket of floor(r) for bursts ("bursts of at most
+        // r": 2.5/s admits 2 back to back, not 3); at least 1, so a rate such as 0.5/s still
+        // admits one request at a time.
         let period = Duration::try_from_secs_f64(1.0 / per_second).ok()?.max(Duration::from_nanos(1));
-        let burst = NonZeroU32::new(per_second.ceil().min(u32::MAX as f64) as u32).unwrap_or(NonZeroU32::MIN);
+        let burst = NonZeroU32::new(per_second.floor().min(u32::MAX as f64) as u32).unwrap_or(NonZeroU32::MIN);
         let quota = Quota::with_period(period)?.allow_burst(burst);
         let clock = MonotonicClock;
         Some(OrgRateLimit { limiter: RateLimiter::new(quota, HashMapStateStore::default(), clock.clone()), clock })
@@ -51,6 +52,16 @@ mod tests {
         assert!(wait > Duration::ZERO && wait <= Duration::from_millis(200), "{wait:?}");
         // Organizations do not share a budget.
         assert!(limit.check("b").is_ok());
+    }
+
+    #[test]
+    fn a_fractional_rate_bursts_at_most_its_whole_part() {
+        // Checks microseconds apart, against periods of 200 ms and more: no token comes back.
+        for (rate, burst) in [(2.5, 2), (1.5, 1), (4.9, 4), (0.5, 1), (1.0, 1)] {
+            let limit = OrgRateLimit::new(rate).unwrap();
+            let admitted = (0..10).filter(|_| limit.check("a").is_ok()).count();
+            assert_eq!(admitted, burst, "rate {rate}");
+        }
     }
 
     #[test]

@@ -124,6 +124,37 @@ fn redact_protocols(value: &str) -> String {
         .join(",")
 }
 
+/// `text` with every occurrence of any of `keys` replaced by `<redacted>`.
+pub(crate) fn redact_keys_in_text(text: &str, keys: &[String]) -> String {
+    keys.iter()
+        .filter(|key| !key.is_empty())
+        .fold(text.to_string(), |text, key| if text.contains(key.as_str()) { text.replace(key.as_str(), REDACTED) } else { text })
+}
+
+/// `body` with every occurrence of any of `keys` replaced by `<redacted>` (bytes: a captured
+/// body need not be UTF-8).
+pub(crate) fn redact_keys(body: &[u8], keys: &[String]) -> Bytes {
+    let mut body = body.to_vec();
+    for key in keys.iter().filter(|key| !key.is_empty()) {
+        let found: Vec<usize> = memchr::memmem::find_iter(&body, key.as_bytes()).collect();
+        if found.is_empty() {
+            continue;
+        }
+        let mut out = Vec::with_capacity(body.len());
+        let mut from = 0;
+        for at in found {
+            out.extend_from_slice(&body[from..at]);
+            out.extend_from_slice(REDACTED.as_bytes());
+            from = at + key.len();
+        }
+        out.extend_from_slice(&body[from..]);
+        body = out;
+    }
+    Bytes::from(body)
+}
+
+const REDACTED: &str = "<redacted>";
+
 /// `x-sensorium-retry-count: N` means this is attempt N + 1; anything unparsable counts as 1.
 pub(crate) fn attempt_from_header(value: Option<&str>) -> u32 {
     value
@@ -191,6 +222,14 @@ mod tests {
         // Not a char boundary where the prefix would end: kept, and no panic.
         assert_eq!(redact_header("sec-websocket-protocol", "authenticationauthorizé"), "authenticationauthorizé");
         assert_eq!(redact_header("user-agent", "sk-emu-secret"), "sk-emu-secret");
+    }
+
+    #[test]
+    fn every_issued_key_is_redacted_wherever_it_appears() {
+        let keys = vec!["sk-a".to_string(), "sk-bb".to_string(), String::new()];
+        assert_eq!(redact_keys_in_text("api_key=sk-a&x=sk-bb&y=sk-a", &keys), "api_key=<redacted>&x=<redacted>&y=<redacted>");
+        assert_eq!(redact_keys_in_text("nothing here", &keys), "nothing here");
+        assert_eq!(&redact_keys(b"{\"q\": \"sk-bbsk-a\xff\"}", &keys)[..], b"{\"q\": \"<redacted><redacted>\xff\"}");
     }
 
     #[test]

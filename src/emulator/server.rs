@@ -27,7 +27,7 @@ use tower::ServiceExt;
 
 use super::auth;
 use super::faults::FaultAction;
-use super::recorder::{attempt_from_header, redact_header, RecordedRequest, BODY_CAPTURE_LIMIT};
+use super::recorder::{attempt_from_header, redact_header, redact_keys, redact_keys_in_text, RecordedRequest, BODY_CAPTURE_LIMIT};
 use super::state::Shared;
 
 /// Marks every answer as the emulator's, so it is never mistaken for the hosted service.
@@ -172,16 +172,16 @@ fn rate_limited(shared: &Shared, org: Option<&str>) -> Option<Duration> {
     shared.rate_limit.as_ref()?.check(org?).err()
 }
 
-/// The 429 of the rate limit. `Retry-After` is rounded up to the millisecond, so a client that
-/// honours it is admitted on its next attempt rather than a hair too early.
+/// The 429 of the rate limit, with the wait as `Retry-After` (whole seconds) and
+/// `retry-after-ms`, both rounded up so a client that honours either is admitted on its next
+/// attempt rather than a hair too early.
 fn rate_limit_error(wait: Duration) -> super::api_error::ApiError {
-    let seconds = (wait.as_secs_f64() * 1000.0).ceil() / 1000.0;
     super::api_error::ApiError::new(
         axum::http::StatusCode::TOO_MANY_REQUESTS,
         "rate_limit_exceeded",
-        format!("Rate limit exceeded: retry in {seconds} s."),
+        format!("Rate limit exceeded: retry in {} ms.", wait.as_nanos().div_ceil(1_000_000)),
     )
-    .with_retry_after(Some(seconds))
+    .with_retry_after(Some(wait))
 }
 
 /// Status line and headers of `parts` with the full body length, as hyper would have sent them.
@@ -231,15 +231,19 @@ async fn handle(
         return Ok(mark(call(app, req.map(Body::new)).await));
     }
     let method = req.method().as_str().to_string();
-    let query = req.uri().query().unwrap_or("").to_string();
+    // Wherever a client puts a key (an `X-Api-Key` header, `?api_key=`, a body), the log keeps
+    // `<redacted>` instead: tests print these records, and CI keeps what tests print.
+    let keys = shared.issued_keys();
+    let query = redact_keys_in_text(req.uri().query().unwrap_or(""), &keys);
     let headers: Vec<(String, String)> = req
         .headers()
         .iter()
         .map(|(name, value)| {
             let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-            (name.as_str().to_string(), redact_header(name.as_str(), &value))
+            (name.as_str().to_string(), redact_keys_in_text(&redact_header(name.as_str(), &value), &keys))
         })
         .collect();
+    let recorded_path = redact_keys_in_text(&path, &keys);
     let attempt = attempt_from_header(
         req.headers().get("x-sensorium-retry-count").and_then(|v| v.to_str().ok()),
     );
@@ -263,12 +267,12 @@ async fn handle(
         let c = capture.lock();
         RecordedRequest {
             method: method.clone(),
-            path: path.clone(),
+            path: recorded_path.clone(),
             query: query.clone(),
             headers: headers.clone(),
             attempt,
             org: org.clone(),
-            body: c.json.as_ref().map(|b| b.clone().freeze()),
+            body: c.json.as_ref().map(|b| redact_keys(b, &keys)),
             body_len: c.len,
             status,
         }

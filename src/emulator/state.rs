@@ -140,6 +140,11 @@ impl Shared {
         (key, info)
     }
 
+    /// Every key issued so far, for the request log to redact.
+    pub(crate) fn issued_keys(&self) -> Vec<String> {
+        self.keys.read().keys().cloned().collect()
+    }
+
     /// The models `org` may query.
     pub(crate) fn catalogue_for(&self, org: &str) -> Arc<Catalogue> {
         self.org_models.read().get(org).cloned().unwrap_or_else(|| self.models.clone())

@@ -588,9 +588,14 @@ async fn query_instance(State(shared): State<Arc<Shared>>, headers: HeaderMap, P
     ok(StatusCode::OK, json!({"status": "completed", "query_response_time_ms": started.elapsed().as_millis() as u64, "response": response}))
 }
 
-async fn registry(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Answer {
+/// A cursor list since 1.1.11, paged like the others; a node's `key` is its id.
+async fn registry(State(shared): State<Arc<Shared>>, headers: HeaderMap, RawQuery(q): RawQuery) -> Answer {
     caller(&shared, &headers)?;
-    ok(StatusCode::OK, json!({"data": node_registry(), "has_more": false, "next_cursor": null}))
+    let items = node_registry()
+        .into_iter()
+        .map(|node| (node.get("key").and_then(Value::as_str).unwrap_or_default().to_string(), node))
+        .collect();
+    ok(StatusCode::OK, page(items, &Params::parse(q.as_deref()), shared.page_size)?)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -45,12 +45,20 @@ pub(crate) struct Lens {
     ended: Mutex<HashMap<String, (Arc<Session>, std::time::Instant)>>,
 }
 
+/// The spec's `session_ttl_sec` is an integer, and a session record reports it. A fractional
+/// TTL (tests use short ones) is put in force rounded up to whole seconds, so the record states
+/// the TTL that actually applies, rather than refusing a value callers already pass or reporting
+/// 0.5 s as 0 (as if sessions expired at once).
+fn whole_seconds_up(ttl: Duration) -> Duration {
+    Duration::from_secs(ttl.as_secs().saturating_add(u64::from(ttl.subsec_nanos() > 0)))
+}
+
 impl Lens {
     pub fn new(session_ttl: Duration, heartbeat_interval: Duration, style: StatusStyle) -> Lens {
         Lens {
             lenses: Mutex::new(lenses::builtin()),
             sessions: Mutex::new(HashMap::new()),
-            session_ttl,
+            session_ttl: whole_seconds_up(session_ttl),
             heartbeat_interval,
             status_style: Mutex::new(style),
             drop_every: Mutex::new(None),

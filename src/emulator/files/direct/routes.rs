@@ -68,6 +68,14 @@ pub(crate) async fn initiate(
     body: Bytes,
 ) -> Result<Json<InitiateResponse>, ApiError> {
     let org = auth::require_org(&shared, &headers)?;
+    // serde's "invalid value: integer `-1`, expected u64" names neither the field nor the rule.
+    if let Some(n) = serde_json::from_slice::<Value>(&body).ok().and_then(|v| v.get("num_bytes").cloned()) {
+        if n.as_u64().is_none() {
+            return Err(ApiError::invalid_request(format!(
+                "num_bytes must be the file's size in bytes, a whole number from 0; got {n}."
+            )));
+        }
+    }
     let req: InitiateRequest = parse(&body)?;
     let filename = base_name(&req.filename).to_string();
     if filename.is_empty() {
