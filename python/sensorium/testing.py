@@ -63,7 +63,8 @@ class RecordedRequest:
     any key the emulator issued reads ``<redacted>`` wherever else it was sent (another header,
     the query string, the body).
     ``attempt`` is 1 plus the ``x-sensorium-retry-count`` header the client sent. ``body`` holds
-    JSON bodies only (first MiB); ``body_len`` counts every body byte read. ``status`` is 0
+    JSON bodies only (first MiB; the log keeps the newest 64 MiB of bodies, older records keep
+    ``body=None``); ``body_len`` counts every body byte read. ``status`` is 0
     when the emulator reset the connection instead of answering.
     """
 
