@@ -109,6 +109,33 @@ def test_a_file_that_fails_for_good_costs_the_others_nothing(call, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"part_{i}.csv" for i in (0, 1, 2, 3, 5)]
 
 
+def test_a_failed_storage_download_names_its_url_without_the_signature(call, tmp_path):
+    """A presigned URL's query is its signature: whoever reads a message or a log could use it."""
+    with Storage([("out_1", "a.csv")], broken={"a.csv"}) as storage:
+        with pytest.raises(NotFoundError) as info:
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path))
+    texts = [str(info.value), str(info.value.__cause__), getattr(info.value, "url", "") or ""]
+    assert any("/store/a.csv" in t for t in texts), texts
+    assert not any("sig=" in t for t in texts), texts
+
+
+def test_a_storage_download_cut_off_names_its_url_without_the_signature(client_kind, tmp_path):
+    from sensorium.errors import APIConnectionError
+
+    def script(head: bytes) -> list[Any]:
+        if head.startswith(b"GET /store/"):
+            return [response(200, b"x" * 100, length=1000)]
+        ref = server.base_url.rsplit("/v0.5", 1)[0] + "/store/a.csv?sig=secret"
+        listing = {"data": [{"id": "o1", "data": {"ref": ref, "filename": "a.csv"}}], "has_more": False}
+        return [response(200, json.dumps(listing).encode())]
+
+    with FakeServer(script) as server:
+        with pytest.raises(APIConnectionError) as info:
+            run_on(client_kind, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path),
+                   api_key="k", base_url=server.base_url, max_retries=0)
+    assert "/store/a.csv" in str(info.value) and "sig=" not in str(info.value), str(info.value)
+
+
 def test_a_url_that_stays_refused_raises_after_one_fresh_listing(call, tmp_path):
     with Storage([("out_1", "a.csv")], expire={"a.csv"}) as storage:
         storage.record = _always_old(storage)  # type: ignore[method-assign]
@@ -226,4 +253,5 @@ def test_an_empty_directory_is_refused_not_read_as_the_current_one(call, tmp_pat
             call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", ""))
         assert storage.server.requests == []
     assert info.value.argument == "directory" and list(tmp_path.iterdir()) == []
+
 

@@ -13,6 +13,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::error::{seconds, Error};
 use super::path_segment::path_segment;
+use super::resume_state::Fingerprint;
 use super::stored_content::{self, Local};
 use super::transport::{error_chain, Call, RequestBody, Transport};
 use super::upload::{self, DirectUploadOptions, ProgressShare, TransferProgress};
@@ -24,9 +25,14 @@ const DOWNLOAD_BUFFER: usize = 4 * 1024 * 1024;
 const JSONL_TYPE: &str = "application/x-ndjson";
 
 /// The content type a file is uploaded with: from its extension (as the platform derives it),
-/// or the caller's for an unknown extension.
+/// or the caller's for an unknown extension. A refused type is blamed on where it came from:
+/// `argument` (the name) for an extension's, `content_type` for the caller's.
 fn upload_type(name: &str, content_type: Option<&str>, argument: &str) -> Result<String, Error> {
-    let mime = mime_for_name(name).map(str::to_string).or_else(|| content_type.map(str::to_string));
+    let named = argument;
+    let (mime, argument) = match mime_for_name(name) {
+        Some(m) => (Some(m.to_string()), named),
+        None => (content_type.map(str::to_string), "content_type"),
+    };
     match mime {
         Some(m) if m == JSONL_TYPE => Err(Error::invalid_argument(
             argument,
@@ -41,7 +47,8 @@ fn upload_type(name: &str, content_type: Option<&str>, argument: &str) -> Result
             format!("{name:?} has type {m}, which the upload does not accept; accepted: {}", SIMPLE_UPLOAD_TYPES.join(", ")),
         )),
         None => Err(Error::invalid_argument(
-            argument,
+            // No type at all: the name is what lacks one.
+            named,
             format!(
                 "{name:?} has no known extension; use .png, .jpg, .jpeg, .mp4, .txt, .csv or .json \
                  (the platform derives the file type from it), or pass content_type"
@@ -102,7 +109,9 @@ pub async fn upload_file(
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     // Refused on every method, so whether a name can be uploaded never depends on the size.
     check_sendable(name, "path")?;
-    let is_jsonl = mime_for_name(name) == Some(JSONL_TYPE);
+    // JSONL by its extension or, for an unknown one, by `content_type`: the type the upload
+    // would be sent with.
+    let is_jsonl = upload::direct_type(name, opts.content_type.as_deref()) == JSONL_TYPE;
     let direct = match opts.method {
         UploadMethod::Direct => true,
         UploadMethod::Simple => false,
@@ -167,8 +176,33 @@ pub async fn upload(
         repeatable: true,
         ..Call::new(Method::POST, transport.config.url("/files"))
     };
+    let fingerprint = Fingerprint::of(&meta);
     let result = transport.json::<FileOpResponse>(&call).await;
-    resolve_lost_response(transport, result, &file_name_of(&call), meta.len(), Local::File(path)).await
+    let result = resolve_lost_response(transport, result, &file_name_of(&call), meta.len(), Local::File(path)).await;
+    if upload::unchanged(path, &fingerprint).await {
+        return result;
+    }
+    // The file changed while it was sent: what arrived, if anything did, mixes its versions.
+    match result {
+        Ok(done) => {
+            // Stored, but not as any version of the file was: take it back (best effort; the
+            // message says whether it went).
+            let gone = match file_url(transport, "/files/delete", &done.file_id) {
+                Ok(url) => transport.json::<Value>(&Call::new(Method::DELETE, url)).await.is_ok(),
+                Err(_) => false,
+            };
+            let stored = if gone {
+                "what arrived was deleted again"
+            } else {
+                "what arrived is stored under that name and could not be deleted: delete it with files.delete"
+            };
+            Err(upload::changed_during_upload(path, stored))
+        }
+        Err(err) => {
+            log::debug!("upload of {}: the local file changed ({err})", path.display());
+            Err(upload::changed_during_upload(path, "the upload was stopped and nothing was stored"))
+        }
+    }
 }
 
 fn file_name_of(call: &Call) -> String {
@@ -407,7 +441,8 @@ pub(crate) async fn next_piece(
         .await
         .map_err(|_| Error::Timeout { message: format!("{what} stalled: no data for {}", seconds(stall)) })?;
     next.transpose().map_err(|e| Error::Connection {
-        message: format!("{what} broke off after {so_far} bytes: {}", error_chain(&e)),
+        // Without the URL reqwest would name: a presigned one carries its signature.
+        message: format!("{what} broke off after {so_far} bytes: {}", error_chain(&e.without_url())),
     })
 }
 
