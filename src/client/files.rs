@@ -349,6 +349,9 @@ pub async fn download_call(
         }
         Err(e) => return Err(Error::io(&shown, e)),
     }
+    let swept = dir.clone();
+    // Best effort, and never the download's failure.
+    let _ = tokio::task::spawn_blocking(move || remove_dead_partials(&swept)).await;
     let stall = transport.config.timeouts.read;
     let written = transport
         .execute(&call, |response| {
@@ -365,12 +368,7 @@ pub async fn download_call(
                 let mut sink = match expected {
                     Some(n) if n as usize <= DOWNLOAD_BUFFER => Sink::Memory(Vec::with_capacity(n as usize)),
                     _ => {
-                        let partial = PartialFile::create(&dir, dest, &shown).await?;
-                        let file = tokio::fs::OpenOptions::new()
-                            .write(true)
-                            .open(&partial.path)
-                            .await
-                            .map_err(|e| Error::io(&shown, e))?;
+                        let (partial, file) = PartialFile::create(&dir, dest, &shown).await?;
                         // Each tokio file write is a hop to the blocking pool; writing per
                         // received chunk (~20 KiB) made downloads context-switch-bound.
                         Sink::File(partial, tokio::io::BufWriter::with_capacity(DOWNLOAD_BUFFER, file))
@@ -402,8 +400,9 @@ pub async fn download_call(
     let (sink, written) = written?;
     match sink {
         Sink::File(partial, file) => {
-            drop(file);
+            // Renamed while still open, so its lock holds until it has its real name.
             partial.persist(dest).await?;
+            drop(file);
         }
         Sink::Memory(bytes) => land(dir, dest.to_path_buf(), bytes, shown).await?,
     }
@@ -495,10 +494,71 @@ async fn through_links(dest: &Path) -> Result<PathBuf, Error> {
 /// leave every download unreadable to the group that shares its folder, and would narrow the
 /// mode of a file it replaces.) Opened by our own `OpenOptions`, not `tempfile_in`, whose errors
 /// hide the OS error code behind their path.
+///
+/// The file is locked (an exclusive OS lock, released when it is closed or its process dies) for
+/// as long as it is open, so `remove_dead_partials` can tell a live download's file from one a
+/// killed process left behind.
 fn partial_beside(dir: &Path, dest: &Path, shown: &str) -> Result<tempfile::NamedTempFile, Error> {
+    // A sweep in another download may catch a new file in the moment before its lock (and lock
+    // or remove it): then another name is tried.
+    for _ in 0..PARTIAL_ATTEMPTS {
+        let temp = new_partial(dir, dest, shown)?;
+        if temp.as_file().try_lock().is_ok() && still_linked(temp.as_file()) {
+            return Ok(temp);
+        }
+    }
+    Err(Error::io(shown, std::io::Error::other("could not lock a temporary file for the download")))
+}
+
+/// How many temporary names `partial_beside` tries before giving up.
+const PARTIAL_ATTEMPTS: usize = 8;
+
+/// The prefix and suffix of a download's temporary file (hidden, and told apart from the
+/// user's files by both).
+const PARTIAL_PREFIX: &str = ".sensorium-download-";
+const PARTIAL_SUFFIX: &str = ".partial";
+
+/// Whether `file` still has a name (a sweep did not remove it before it was locked).
+fn still_linked(file: &std::fs::File) -> bool {
+    #[cfg(unix)]
+    {
+        file.metadata().map(|m| std::os::unix::fs::MetadataExt::nlink(&m) > 0).unwrap_or(false)
+    }
+    // Elsewhere an open file is not removed under its user (std opens with delete sharing, but
+    // the name stays until the last handle closes).
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        true
+    }
+}
+
+/// Removes the temporary files of downloads that died without cleaning up (a SIGKILL, a power
+/// cut): those in `dir` whose lock can be taken, which no live download holds. A file another
+/// process is writing stays locked and is left alone.
+fn remove_dead_partials(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !(name.starts_with(PARTIAL_PREFIX) && name.ends_with(PARTIAL_SUFFIX)) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(file) = std::fs::File::open(&path) else { continue };
+        if file.try_lock().is_ok() {
+            match std::fs::remove_file(&path) {
+                Ok(()) => log::debug!("removed {}, left by a download that did not finish", path.display()),
+                Err(e) => log::debug!("could not remove {}, left by a download that did not finish: {e}", path.display()),
+            }
+        }
+    }
+}
+
+fn new_partial(dir: &Path, dest: &Path, shown: &str) -> Result<tempfile::NamedTempFile, Error> {
     let temp = tempfile::Builder::new()
-        .prefix(".sensorium-download-")
-        .suffix(".partial")
+        .prefix(PARTIAL_PREFIX)
+        .suffix(PARTIAL_SUFFIX)
         .make_in(dir, |path| {
             let mut options = std::fs::OpenOptions::new();
             options.read(true).write(true).create_new(true);
@@ -525,10 +585,11 @@ struct PartialFile {
 }
 
 impl PartialFile {
-    async fn create(dir: &Path, dest: &Path, shown: &str) -> Result<Self, Error> {
+    /// The temporary file and its handle, which holds its lock: keep it open until `persist`.
+    async fn create(dir: &Path, dest: &Path, shown: &str) -> Result<(Self, tokio::fs::File), Error> {
         let named = partial_beside(dir, dest, shown)?;
-        let (_, path) = named.keep().map_err(|e| Error::io(shown, e.error))?;
-        Ok(PartialFile { path, shown: shown.to_string(), keep: false })
+        let (file, path) = named.keep().map_err(|e| Error::io(shown, e.error))?;
+        Ok((PartialFile { path, shown: shown.to_string(), keep: false }, tokio::fs::File::from_std(file)))
     }
 
     async fn persist(mut self, dest: &Path) -> Result<(), Error> {
