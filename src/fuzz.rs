@@ -20,7 +20,7 @@ use crate::client::pagination::normalize_page;
 use crate::client::query::{output_texts, parse_embeddings, read_fast, EncoderResponse, EMBEDDING_DIM};
 use crate::client::retry::{parse_retry_after, RetryPolicy};
 use crate::client::secret::ApiKey;
-use crate::client::upload::part_ranges;
+use crate::client::upload::{check_plan, part_ranges};
 use crate::wire::query::QueryResponse;
 use crate::wire::uploads::{CompleteResponse, InitiateResponse, PartUrlsResponse};
 
@@ -333,7 +333,11 @@ proptest! {
             "parts": parts.iter().map(|(n, o, l)| serde_json::json!({"part_number": n, "url": "u", "offset": o, "length": l})).collect::<Vec<_>>(),
         });
         let started: InitiateResponse = serde_json::from_value(answer).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let _ = part_ranges(&started, num_bytes);
+        if let Ok(ranges) = part_ranges(&started, num_bytes) {
+            let _ = check_plan(&started, &ranges, num_bytes);
+            let resumed = InitiateResponse { is_resume: Some(true), num_parts: Some(num_bytes % 7), ..started.clone() };
+            let _ = check_plan(&resumed, &ranges, num_bytes);
+        }
     }
 
     #[test]

@@ -95,6 +95,8 @@ def test_a_closed_client_raises_a_sensorium_error(emu):
     ({"direct_threshold": "100MB"}, TypeError, "direct_threshold"),
     ({"resume": "no"}, InvalidArgumentError, "resume"),
     ({"content_type": "text/\ud800"}, InvalidArgumentError, "content_type"),
+    ({"method": None}, TypeError, "method"),
+    ({"method": "fast"}, InvalidArgumentError, "method"),
 ])
 def test_upload_arguments_are_checked_before_sending(emu, client_kind, tmp_path, sent, change, error, named):
     path = tmp_path / "x.txt"
@@ -223,3 +225,62 @@ def test_a_value_that_contains_itself_or_nests_too_deep_is_refused_not_a_crash(t
                                      ("deep", "query_metadata", "nests deeper than 256 levels")]:
             line = next(line for line in lines if line.startswith(f"{kind} {name} "))
             assert line.startswith(f"{kind} {name} {argument}") and says in line, line
+
+
+def test_a_content_type_the_upload_does_not_take_is_named(emu, client_kind, tmp_path, sent):
+    """An unknown extension takes its type from content_type, so a wrong type is content_type's
+    fault, not the path's."""
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"x")
+    before = sent()
+    with pytest.raises(InvalidArgumentError, match="^content_type: .*garbage"):
+        run_on(client_kind, lambda c: c.files.upload(path, content_type="garbage"),
+               api_key=emu.api_key, base_url=emu.base_url)
+    assert sent() == before
+
+
+@pytest.mark.parametrize("operation", [
+    lambda c, d: c.files.upload(d / "x.txt", progress="false"),
+    lambda c, d: c.files.upload(d / "x.txt", progress=0),
+    lambda c, d: c.files.download("x.txt", d, progress="false"),
+    lambda c, d: c.agents.instances.download_results("agt_1", d, progress="false"),
+    lambda c, d: c.batch.jobs.download_outputs("job_1", d, progress="false"),
+    lambda c, d: c.embed_many(ENCODER, np.ones((2, 1, 16)), progress="false"),
+    lambda c, d: c.batch.jobs.wait("job_1", progress="false"),
+], ids=["files.upload", "files.upload-0", "files.download", "download_results", "download_outputs", "embed_many",
+        "wait"])
+def test_progress_takes_a_bool_not_anything_truthy(emu, client_kind, tmp_path, sent, operation):
+    """progress="false" asked for a bar (and failed for want of tqdm, or showed one); progress=0
+    was taken as False without a word."""
+    (tmp_path / "x.txt").write_text("x")
+    before = sent()
+    with pytest.raises(InvalidArgumentError, match="^progress: takes True"):
+        run_on(client_kind, lambda c: operation(c, tmp_path), api_key=emu.api_key, base_url=emu.base_url)
+    assert sent() == before
+
+
+def test_a_file_over_the_direct_upload_limit_is_refused_before_initiate(emu, client_kind, tmp_path, sent):
+    path = tmp_path / "huge.csv"
+    with open(path, "wb") as f:
+        f.truncate(250 * 1000**3 + 1)  # sparse: takes no disk
+    before = sent()
+    with pytest.raises(InvalidArgumentError, match="^path: .*250"):
+        run_on(client_kind, lambda c: c.files.upload(path), api_key=emu.api_key, base_url=emu.base_url)
+    assert sent() == before
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"file_ids": ["/tmp/x/n.txt"]}, "file_ids"),
+    ({"file_ids": ["n.txt", "C:\\data\\n.txt"]}, "file_ids"),
+    ({"max_new_tokens": -1}, "max_new_tokens"),
+    ({"max_frames": -1}, "max_frames"),
+    ({"max_wait_time_sec": -1}, "max_wait_time_sec"),
+    ({"max_query_size_mb": -0.5}, "max_query_size_mb"),
+])
+def test_query_fields_the_spec_rules_out_are_refused_before_sending(emu, client_kind, sent, fields, named):
+    before = sent()
+    with pytest.raises(InvalidArgumentError, match=f"^{named}: ") as info:
+        run_on(client_kind, lambda c: c.query(REASONER, "x", **fields), api_key=emu.api_key, base_url=emu.base_url)
+    if named == "file_ids":
+        assert f"file_ids[{len(fields[named]) - 1}]" in str(info.value)
+    assert sent() == before

@@ -178,3 +178,158 @@ def test_a_name_taken_while_the_parts_go_is_a_conflict_not_resumable(emu: Emulat
         with pytest.raises(ConflictError):
             client.files.upload(path, method="direct")
     assert downloaded(emu, "taken.csv") == hashlib.sha256(other).hexdigest()
+
+
+# A server's upload plan is its data: the client sends no byte twice, none not at all, and
+# reports a plan or a completion it cannot trust as the server's fault.
+
+def _plan_server(parts: Any, *, complete: Any = None, resume: Any = None) -> Any:
+    """A fake platform whose initiate answers ``parts(base)`` (a list of part dicts, ``base`` the
+    storage's address) and whose complete answers ``complete`` (default: the file as sent)."""
+    import json as _json
+
+    from _fake_server import FakeServer, response
+
+    holder: dict[str, Any] = {}
+
+    def script(head: bytes) -> list[Any]:
+        line = head.split(b"\r\n", 1)[0].decode()
+        method, target = line.split(" ")[:2]
+        base = holder["server"].base_url.rsplit("/v0.5", 1)[0]
+        if method == "PUT":
+            return [response(200, b"", {"ETag": '"e"'})]
+        if target.endswith("/initiate"):
+            body = {"upload_id": "upl_1", "strategy": "multipart", "part_size": 500, "parts": parts(base),
+                    **(resume or {})}
+            return [response(200, _json.dumps(body).encode())]
+        if target.endswith("/complete"):
+            answer = complete or {"file_uid": "u", "file_name": "f.csv", "file_status": "Registered",
+                                  "num_bytes": 1000}
+            return [response(200, _json.dumps(answer).encode())]
+        return [response(200, b"{}")]
+
+    server = FakeServer(script)
+    holder["server"] = server
+    return server
+
+
+def _part(n: int, offset: int, length: int, url: str | None = None) -> Any:
+    return lambda base: {"part_number": n, "url": url or f"{base}/store/{n}", "offset": offset, "length": length}
+
+
+def _plan(*parts: Any) -> Any:
+    return lambda base: [p(base) for p in parts]
+
+
+def _puts(server: Any) -> list[bytes]:
+    return [h for h in server.requests if h.startswith(b"PUT ")]
+
+
+def _completes(server: Any) -> list[bytes]:
+    return [h for h in server.requests if b"/complete " in h.split(b"\r\n", 1)[0]]
+
+
+BAD_PLANS = {
+    "gap": _plan(_part(1, 0, 500)),
+    "empty": _plan(),
+    "overlap": _plan(_part(1, 0, 600), _part(2, 500, 500)),
+    "twice": _plan(_part(1, 0, 500), _part(1, 500, 500)),
+    "relative url": _plan(_part(1, 0, 1000, "/store/1")),
+    "ftp url": _plan(_part(1, 0, 1000, "ftp://127.0.0.1/store/1")),
+}
+
+
+@pytest.mark.parametrize("plan", list(BAD_PLANS), ids=list(BAD_PLANS))
+def test_a_plan_that_does_not_cover_the_file_exactly_once_is_refused(client_kind: str, tmp_path: Path, plan: str) -> None:
+    from _helpers import run_on
+    from sensorium.errors import APIResponseValidationError
+
+    path = tmp_path / "f.csv"
+    path.write_bytes(b"x" * 1000)
+    with _plan_server(BAD_PLANS[plan]) as server:
+        with pytest.raises(APIResponseValidationError) as info:
+            run_on(client_kind, lambda c: c.files.upload(path, method="direct"),
+                   api_key="k", base_url=server.base_url, max_retries=0)
+        assert "base_url" not in str(info.value)
+        assert _puts(server) == [] and _completes(server) == []
+
+
+@pytest.mark.parametrize("answer", [
+    {"file_uid": "u", "file_name": "f.csv", "num_bytes": 5},
+    {"file_uid": "u", "file_name": "other.csv", "num_bytes": 1000},
+], ids=["size", "name"])
+def test_a_completion_naming_another_file_is_refused(client_kind: str, tmp_path: Path, answer: Any) -> None:
+    from _helpers import run_on
+    from sensorium.errors import APIResponseValidationError
+
+    path = tmp_path / "f.csv"
+    path.write_bytes(b"x" * 1000)
+    with _plan_server(_plan(_part(1, 0, 500), _part(2, 500, 500)), complete=answer) as server:
+        with pytest.raises(APIResponseValidationError):
+            run_on(client_kind, lambda c: c.files.upload(path, method="direct"),
+                   api_key="k", base_url=server.base_url, max_retries=0)
+
+
+def test_a_good_plan_from_the_same_server_still_uploads(client_kind: str, tmp_path: Path) -> None:
+    """The fake platform itself is sound: only the plans above are refused."""
+    from _helpers import run_on
+
+    path = tmp_path / "f.csv"
+    path.write_bytes(b"x" * 1000)
+    with _plan_server(_plan(_part(2, 500, 500), _part(1, 0, 500))) as server:
+        rec = run_on(client_kind, lambda c: c.files.upload(path, method="direct"),
+                     api_key="k", base_url=server.base_url, max_retries=0)
+        assert rec.file_id == "f.csv" and len(_puts(server)) == 2
+
+
+@pytest.mark.parametrize("resumed", [
+    # Part 2 claimed still to send, but at part 1's bytes: bytes 500..999 would never be sent.
+    {"num_parts": 2, "part_size": 500, "total_bytes": 1000, "parts": [(2, 0, 500)]},
+    # 3 parts of 500 bytes do not make 1000 bytes: the "already sent" part 3 is past the end.
+    {"num_parts": 3, "part_size": 500, "total_bytes": 1000, "parts": [(2, 500, 500)]},
+    # Another file's upload.
+    {"num_parts": 2, "part_size": 500, "total_bytes": 999, "parts": [(2, 500, 499)]},
+], ids=["misplaced", "too many parts", "other size"])
+def test_a_resume_whose_parts_and_the_sent_ones_do_not_make_the_file_is_refused(
+    client_kind: str, tmp_path: Path, resumed: Any
+) -> None:
+    import json as _json
+
+    from _fake_server import FakeServer, response
+    from _helpers import run_on
+    from sensorium.errors import APIResponseValidationError
+
+    initiates: list[int] = []
+
+    def script(head: bytes) -> list[Any]:
+        method, target = head.split(b"\r\n", 1)[0].decode().split(" ")[:2]
+        base = server.base_url.rsplit("/v0.5", 1)[0]
+        if method == "PUT":
+            # The first run stores part 1 and is refused part 2, so it stops, resumable.
+            if target.endswith("/2") and len(initiates) == 1:
+                return [response(400, b'{"errors": [{"code": "invalid_upload_parts", "message": "no"}]}')]
+            return [response(200, b"", {"ETag": '"e"'})]
+        if target.endswith("/initiate"):
+            initiates.append(1)
+            if len(initiates) == 1:
+                body = {"upload_id": "upl_1", "num_parts": 2, "part_size": 500, "total_bytes": 1000,
+                        "parts": [{"part_number": n, "url": f"{base}/store/{n}", "offset": o, "length": 500}
+                                  for n, o in ((1, 0), (2, 500))]}
+            else:
+                body = {"upload_id": "upl_1", "is_resume": True, **resumed,
+                        "parts": [{"part_number": n, "url": f"{base}/store/{n}", "offset": o, "length": ln}
+                                  for n, o, ln in resumed["parts"]]}
+            return [response(200, _json.dumps(body).encode())]
+        return [response(200, b"{}")]
+
+    path = tmp_path / "f.csv"
+    path.write_bytes(b"x" * 1000)
+    with FakeServer(script) as server:
+        options = {"api_key": "k", "base_url": server.base_url, "max_retries": 0}
+        with pytest.raises(TransferError) as first:
+            run_on(client_kind, lambda c: c.files.upload(path, method="direct", concurrency=1), **options)
+        assert first.value.resumable
+        puts_before = len(_puts(server))
+        with pytest.raises(APIResponseValidationError):
+            run_on(client_kind, lambda c: c.files.upload(path, method="direct", concurrency=1), **options)
+        assert len(_puts(server)) == puts_before and _completes(server) == []

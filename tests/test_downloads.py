@@ -12,6 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+import sensorium
 from _fake_server import FakeServer, response
 from _helpers import run_on
 from sensorium.errors import (
@@ -109,6 +110,33 @@ def test_a_file_that_fails_for_good_costs_the_others_nothing(call, tmp_path):
         with pytest.raises(NotFoundError):
             call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"part_{i}.csv" for i in (0, 1, 2, 3, 5)]
+
+
+def test_a_failed_storage_download_names_its_url_without_the_signature(call, tmp_path):
+    """A presigned URL's query is its signature: whoever reads a message or a log could use it."""
+    with Storage([("out_1", "a.csv")], broken={"a.csv"}) as storage:
+        with pytest.raises(NotFoundError) as info:
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path))
+    texts = [str(info.value), str(info.value.__cause__), getattr(info.value, "url", "") or ""]
+    assert any("/store/a.csv" in t for t in texts), texts
+    assert not any("sig=" in t for t in texts), texts
+
+
+def test_a_storage_download_cut_off_names_its_url_without_the_signature(client_kind, tmp_path):
+    from sensorium.errors import APIConnectionError
+
+    def script(head: bytes) -> list[Any]:
+        if head.startswith(b"GET /store/"):
+            return [response(200, b"x" * 100, length=1000)]
+        ref = server.base_url.rsplit("/v0.5", 1)[0] + "/store/a.csv?sig=secret"
+        listing = {"data": [{"id": "o1", "data": {"ref": ref, "filename": "a.csv"}}], "has_more": False}
+        return [response(200, json.dumps(listing).encode())]
+
+    with FakeServer(script) as server:
+        with pytest.raises(APIConnectionError) as info:
+            run_on(client_kind, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path),
+                   api_key="k", base_url=server.base_url, max_retries=0)
+    assert "/store/a.csv" in str(info.value) and "sig=" not in str(info.value), str(info.value)
 
 
 def test_a_url_that_stays_refused_raises_after_one_fresh_listing(call, tmp_path):
@@ -277,3 +305,63 @@ def test_an_empty_directory_is_refused_not_read_as_the_current_one(call, tmp_pat
         assert storage.server.requests == []
     assert info.value.argument == "directory" and list(tmp_path.iterdir()) == []
 
+
+
+_HANGING_DOWNLOAD = r"""
+import sys, sensorium
+client = sensorium.Client(api_key="k", base_url=sys.argv[1], read_timeout=120, max_retries=0)
+client.files.download("big.csv", sys.argv[2])
+"""
+
+
+def _partials(folder: Any) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".sensorium-download-"))
+
+
+def _wait_for_partial(folder: Any, child: Any) -> list[str]:
+    import time
+
+    deadline = time.monotonic() + 60  # a generous bound on the child's start-up, not a measurement
+    while not _partials(folder):
+        assert child.poll() is None, "the child download ended early"
+        assert time.monotonic() < deadline, "the child never started writing"
+        time.sleep(0.05)
+    return _partials(folder)
+
+
+def test_partials_of_killed_downloads_are_removed_and_live_ones_kept(tmp_path):
+    """A download killed with SIGKILL cannot remove its temporary file; the next download into
+    that folder does, but never the one a live download (another process) is writing."""
+    import signal
+    import subprocess
+    import sys
+
+    def script(head: bytes) -> list[Any]:
+        if b"/files/download/big.csv" in head:
+            return [response(200, b"x" * (8 << 20), length=64 << 20), 120.0]
+        return [response(200, b"small")]
+
+    with FakeServer(script) as server:
+        killed, live = tmp_path / "killed", tmp_path / "live"
+        killed.mkdir()
+        live.mkdir()
+        children = []
+        try:
+            for folder in (killed, live):
+                children.append(subprocess.Popen([sys.executable, "-c", _HANGING_DOWNLOAD, server.base_url, str(folder)]))
+                _wait_for_partial(folder, children[-1])
+            children[0].send_signal(signal.SIGKILL)
+            children[0].wait(timeout=30)
+            assert len(_partials(killed)) == 1
+            live_partial = _partials(live)
+            with sensorium.Client(api_key="k", base_url=server.base_url) as client:
+                client.files.download("small.txt", killed)
+                client.files.download("small.txt", live)
+            assert _partials(killed) == [], "the dead download's file is gone"
+            assert _partials(live) == live_partial, "the live download's file is kept"
+            assert children[1].poll() is None
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait(timeout=30)

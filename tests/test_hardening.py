@@ -323,3 +323,35 @@ def test_a_panic_in_an_async_call_becomes_internal_error():
 
     with pytest.raises(InternalError):
         asyncio.run(main())
+
+
+def test_a_list_whose_cursor_repeats_is_refused_not_followed_forever(call):
+    """A page whose next_cursor was already used in this walk would loop: the list is refused.
+    (After 20 pages the fake server ends the list, so a client that follows it fails this test
+    with a wrong answer instead of hanging.)"""
+    pages: list[bytes] = []
+
+    def script(head: bytes) -> list[Any]:
+        pages.append(head)
+        more = len(pages) < 20
+        body = {"data": [{"file_id": "a.txt"}], "has_more": more, "next_cursor": "c1" if more else None}
+        return [response(200, json.dumps(body).encode())]
+
+    with FakeServer(script) as server:
+        with pytest.raises(APIResponseValidationError, match="c1"):
+            call(server.base_url, lambda c: c.files.list())
+    assert len(pages) == 2, "the first repeat ends the walk"
+
+
+def test_a_list_whose_cursor_cycles_is_refused(call):
+    cursors = {None: "c1", "c1": "c2", "c2": "c1"}
+
+    def script(head: bytes) -> list[Any]:
+        target = head.split(b" ")[1].decode()
+        after = target.split("after=")[1].split("&")[0] if "after=" in target else None
+        body = {"data": [{"file_id": f"{after}.txt"}], "has_more": True, "next_cursor": cursors.get(after)}
+        return [response(200, json.dumps(body).encode())]
+
+    with FakeServer(script) as server:
+        with pytest.raises(APIResponseValidationError):
+            call(server.base_url, lambda c: c.files.list())

@@ -162,6 +162,18 @@ async def test_auto_sends_jsonl_direct_whatever_its_size(emu: Emulator, tmp_path
     assert sha256_of(big_back) == big_digest
 
 
+def test_auto_sends_jsonl_named_by_content_type_direct(emu: Emulator, client_kind: str, tmp_path: Path) -> None:
+    """Issue 3: "always for JSONL (application/x-ndjson)", whether the extension or content_type
+    says it is JSONL."""
+    path = tmp_path / "rows.bin"
+    path.write_bytes(b'{"a": 1}\n')
+    options = {"api_key": emu.api_key, "base_url": emu.base_url}
+    rec = run_on(client_kind, lambda c: c.files.upload(path, content_type="application/x-ndjson"), **options)
+    assert rec.file_id == "rows.bin"
+    assert not platform_calls(emu, "/files")
+    assert len(platform_calls(emu, "/initiate")) == 1
+
+
 # --------------------------------------------------------------------------------------------
 # part faults
 
@@ -764,3 +776,104 @@ def test_an_unchanged_file_still_resumes_where_it_stopped(emu: Emulator, tmp_pat
         assert put_upload_ids(emu) == {err.upload_id}
         assert platform_calls(emu, "/abort") == []
         assert fetched(client, path.name, tmp_path) == digest
+
+
+def test_a_file_rewritten_as_it_was_with_its_mtime_set_back_is_sent_afresh(emu: Emulator, tmp_path: Path) -> None:
+    """A re-export that keeps size and inode and sets the modification time back (``cp -p``,
+    ``rsync -t``, data loggers) changes the inode change time, which no user can set back."""
+    path, _ = write(tmp_path, "export.jsonl", 3 * PART)
+    before = path.stat()
+    with emu.client(max_retries=0) as client:
+        err = fail_part_for_good(emu, client, path, 3)
+        new_data = os.urandom(3 * PART)
+        with open(path, "r+b") as f:
+            f.write(new_data)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert (path.stat().st_size, path.stat().st_mtime_ns, path.stat().st_ino) == (
+            before.st_size, before.st_mtime_ns, before.st_ino)
+        client.files.upload(path, concurrency=1)
+        assert put_numbers(emu) == [1, 2, 3], "every part of the new version is sent"
+        assert err.upload_id not in put_upload_ids(emu)
+        assert fetched(client, path.name, tmp_path) == hashlib.sha256(new_data).hexdigest()
+
+
+def _changing_during_the_upload(path: Path, change: Any) -> Any:
+    """An ``on_progress`` callback that applies ``change(path)`` once, while the upload is under
+    way (some bytes sent, not all)."""
+    state = {"done": False}
+
+    def on_progress(done: int, total: int) -> None:
+        if not state["done"] and 0 < done < total:
+            state["done"] = True
+            change(path)
+
+    on_progress.state = state  # type: ignore[attr-defined]
+    return on_progress
+
+
+def _rewrite_same_size(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.write(b"B" * path.stat().st_size)
+
+
+def _shrink(path: Path) -> None:
+    os.truncate(path, PART // 2)
+
+
+@pytest.mark.parametrize("change", [_rewrite_same_size, _shrink], ids=["rewritten", "shrunk"])
+def test_a_file_changed_during_a_direct_upload_is_not_completed(
+    emu: Emulator, client_kind: str, tmp_path: Path, change: Any
+) -> None:
+    """Parts read before and after an edit would be registered as one file that never existed.
+    The upload stops with a clear error, the platform's upload is aborted and nothing is
+    registered; the next call sends the file afresh."""
+    path = tmp_path / "live.csv"
+    path.write_bytes(b"A" * (6 * PART))
+    for n in range(1, 7):  # a slow link, so the edit lands while parts are still going
+        emu.inject_upload_part(n, delay=0.3, times=None)
+    on_progress = _changing_during_the_upload(path, change)
+    options = {"api_key": emu.api_key, "base_url": emu.base_url, "max_retries": 0}
+    with pytest.raises(TransferError) as info:
+        run_on(client_kind, lambda c: c.files.upload(path, method="direct", concurrency=2,
+                                                      on_progress=on_progress), **options)
+    assert on_progress.state["done"]
+    err = info.value
+    assert "changed during the upload" in str(err), str(err)
+    assert not err.resumable and err.upload_id is None
+    assert "signature=" not in str(err) and "?" not in str(err), str(err)
+    started = [r for r in emu.requests if r.method == "POST" and r.path.endswith("/initiate")]
+    assert len(started) == 1
+    assert platform_calls(emu, "/complete") == []
+    assert len(platform_calls(emu, "/abort")) == 1
+    with emu.client() as client:
+        assert [f.file_id for f in client.files.list()] == []
+        emu.clear_faults()
+        emu.clear_requests()
+        client.files.upload(path, method="direct")
+        size = path.stat().st_size
+        assert put_numbers(emu) == list(range(1, max(1, -(-size // PART)) + 1)), "sent afresh"
+        assert fetched(client, path.name, tmp_path) == sha256_of(path)
+
+
+@pytest.mark.parametrize("change", [_rewrite_same_size, _shrink], ids=["rewritten", "shrunk"])
+def test_a_file_changed_during_a_simple_upload_is_not_kept(
+    emu: Emulator, client_kind: str, tmp_path: Path, change: Any
+) -> None:
+    """As for the direct upload: a clear error, not a connection error, and no file on the
+    platform that mixes two versions (a rewrite of the same size arrives whole, and is deleted)."""
+    path = tmp_path / "rotated.csv"
+    with open(path, "wb") as f:
+        f.truncate(64 * PART)
+    # The emulator waits before reading the body, so the upload is still sending when the
+    # file changes.
+    emu.inject("POST", "/files", delay=1.0)
+    on_progress = _changing_during_the_upload(path, change)
+    options = {"api_key": emu.api_key, "base_url": emu.base_url}
+    with pytest.raises(TransferError) as info:
+        run_on(client_kind, lambda c: c.files.upload(path, method="simple", on_progress=on_progress), **options)
+    assert on_progress.state["done"]
+    assert "changed during the upload" in str(info.value), str(info.value)
+    assert not info.value.resumable
+    assert len(platform_calls(emu, "/files")) <= 1, "a changed file is not sent again"
+    with emu.client() as client:
+        assert [f.file_id for f in client.files.list()] == []

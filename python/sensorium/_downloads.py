@@ -12,6 +12,7 @@ import unicodedata
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional, Protocol, TypeVar, cast
 
+from ._arguments import flag
 from ._endpoints import CollectList, ListRequest, Native, Operation, Surface
 from ._progress import ProgressCallback
 from .errors import (
@@ -147,6 +148,7 @@ def download_listed(
     argument (kept for the callers' sake: a listing's bad record is the server's data, never blamed
     on it)."""
     in_flight = concurrency_of(concurrency)
+    flag(progress, "progress", optional=False)
     records: list[L] = yield CollectList(listing)
     paths = _targets(records, directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,26 @@ class Page(Generic[T]):
         )
 
 
+class _Cursors:
+    """The cursors one walk of a list has used. A page that gives one of them again as its next
+    would have the walk go round for ever (a server that repeats its own next_cursor, or cycles):
+    that page is refused. The core refuses a page with has_more and no cursor; this is the check
+    that needs the pages before it, so it lives with the walk, which both pagers share."""
+
+    def __init__(self, start: str | None) -> None:
+        self._used = {start} if start is not None else set()
+
+    def next(self, cursor: str) -> str:
+        if cursor in self._used:
+            from .errors import APIResponseValidationError
+
+            raise APIResponseValidationError(
+                f"the list gave the cursor {cursor!r:.80} again after it had been followed, so the walk would "
+                "never end; the rest of the list cannot be read")
+        self._used.add(cursor)
+        return cursor
+
+
 class SyncPager(Generic[T]):
     """Iterates every item of a list, fetching the next page only when needed."""
 
@@ -51,12 +71,13 @@ class SyncPager(Generic[T]):
 
     def pages(self) -> Iterator[Page[T]]:
         cursor = self._cursor
+        used = _Cursors(cursor)
         while True:
             page = self._fetch(cursor)
             yield page
             if not page.has_more or not page.next_cursor:
                 return
-            cursor = page.next_cursor
+            cursor = used.next(page.next_cursor)
 
     def __iter__(self) -> Iterator[T]:
         for page in self.pages():
@@ -83,12 +104,13 @@ class AsyncPager(Generic[T]):
 
     async def pages(self) -> AsyncIterator[Page[T]]:
         cursor = self._cursor
+        used = _Cursors(cursor)
         while True:
             page = await self._fetch(cursor)
             yield page
             if not page.has_more or not page.next_cursor:
                 return
-            cursor = page.next_cursor
+            cursor = used.next(page.next_cursor)
 
     async def __aiter__(self) -> AsyncIterator[T]:
         async for page in self.pages():

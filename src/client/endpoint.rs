@@ -16,7 +16,7 @@ use super::config::FINE_TUNING_VERSION;
 use super::error::Error;
 use super::files::download_call;
 use super::pagination::normalize_page;
-use super::transport::{decode_json, safe_to_repeat, Call, RequestBody, Transport};
+use super::transport::{decode_json, safe_to_repeat, shown_url, Call, RequestBody, Transport};
 use super::upload::{ProgressShare, TransferProgress};
 
 /// Where a path is mounted.
@@ -191,9 +191,10 @@ pub async fn download_ref(
     } else if reference.starts_with('/') {
         Call::get(format!("{}{}", surface.base(transport), reference))
     } else {
-        return Err(Error::unexpected("", format!("a result reference {reference:?} is neither a path nor a URL"), b""));
+        return Err(Error::unexpected("", format!("a result reference {:?} is neither a path nor a URL", shown_url(reference)), b""));
     };
-    download_call(transport, call, reference, dest, progress).await
+    // Errors name the download by its reference without a presigned URL's signature.
+    download_call(transport, call, shown_url(reference), dest, progress).await
 }
 
 /// One file of `download_many`: where it comes from, where it goes, and the size the listing

@@ -13,6 +13,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::error::{seconds, Error};
 use super::path_segment::path_segment;
+use super::resume_state::Fingerprint;
 use super::stored_content::{self, Local};
 use super::transport::{error_chain, Call, RequestBody, Transport};
 use super::upload::{self, DirectUploadOptions, ProgressShare, TransferProgress};
@@ -24,9 +25,14 @@ const DOWNLOAD_BUFFER: usize = 4 * 1024 * 1024;
 const JSONL_TYPE: &str = "application/x-ndjson";
 
 /// The content type a file is uploaded with: from its extension (as the platform derives it),
-/// or the caller's for an unknown extension.
+/// or the caller's for an unknown extension. A refused type is blamed on where it came from:
+/// `argument` (the name) for an extension's, `content_type` for the caller's.
 fn upload_type(name: &str, content_type: Option<&str>, argument: &str) -> Result<String, Error> {
-    let mime = mime_for_name(name).map(str::to_string).or_else(|| content_type.map(str::to_string));
+    let named = argument;
+    let (mime, argument) = match mime_for_name(name) {
+        Some(m) => (Some(m.to_string()), named),
+        None => (content_type.map(str::to_string), "content_type"),
+    };
     match mime {
         Some(m) if m == JSONL_TYPE => Err(Error::invalid_argument(
             argument,
@@ -41,7 +47,8 @@ fn upload_type(name: &str, content_type: Option<&str>, argument: &str) -> Result
             format!("{name:?} has type {m}, which the upload does not accept; accepted: {}", SIMPLE_UPLOAD_TYPES.join(", ")),
         )),
         None => Err(Error::invalid_argument(
-            argument,
+            // No type at all: the name is what lacks one.
+            named,
             format!(
                 "{name:?} has no known extension; use .png, .jpg, .jpeg, .mp4, .txt, .csv or .json \
                  (the platform derives the file type from it), or pass content_type"
@@ -102,7 +109,9 @@ pub async fn upload_file(
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     // Refused on every method, so whether a name can be uploaded never depends on the size.
     check_sendable(name, "path")?;
-    let is_jsonl = mime_for_name(name) == Some(JSONL_TYPE);
+    // JSONL by its extension or, for an unknown one, by `content_type`: the type the upload
+    // would be sent with.
+    let is_jsonl = upload::direct_type(name, opts.content_type.as_deref()) == JSONL_TYPE;
     let direct = match opts.method {
         UploadMethod::Direct => true,
         UploadMethod::Simple => false,
@@ -167,8 +176,33 @@ pub async fn upload(
         repeatable: true,
         ..Call::new(Method::POST, transport.config.url("/files"))
     };
+    let fingerprint = Fingerprint::of(&meta);
     let result = transport.json::<FileOpResponse>(&call).await;
-    resolve_lost_response(transport, result, &file_name_of(&call), meta.len(), Local::File(path)).await
+    let result = resolve_lost_response(transport, result, &file_name_of(&call), meta.len(), Local::File(path)).await;
+    if upload::unchanged(path, &fingerprint).await {
+        return result;
+    }
+    // The file changed while it was sent: what arrived, if anything did, mixes its versions.
+    match result {
+        Ok(done) => {
+            // Stored, but not as any version of the file was: take it back (best effort; the
+            // message says whether it went).
+            let gone = match file_url(transport, "/files/delete", &done.file_id) {
+                Ok(url) => transport.json::<Value>(&Call::new(Method::DELETE, url)).await.is_ok(),
+                Err(_) => false,
+            };
+            let stored = if gone {
+                "what arrived was deleted again"
+            } else {
+                "what arrived is stored under that name and could not be deleted: delete it with files.delete"
+            };
+            Err(upload::changed_during_upload(path, stored))
+        }
+        Err(err) => {
+            log::debug!("upload of {}: the local file changed ({err})", path.display());
+            Err(upload::changed_during_upload(path, "the upload was stopped and nothing was stored"))
+        }
+    }
 }
 
 fn file_name_of(call: &Call) -> String {
@@ -315,6 +349,9 @@ pub async fn download_call(
         }
         Err(e) => return Err(Error::io(&shown, e)),
     }
+    let swept = dir.clone();
+    // Best effort, and never the download's failure.
+    let _ = tokio::task::spawn_blocking(move || remove_dead_partials(&swept)).await;
     let stall = transport.config.timeouts.read;
     let written = transport
         .execute(&call, |response| {
@@ -331,12 +368,7 @@ pub async fn download_call(
                 let mut sink = match expected {
                     Some(n) if n as usize <= DOWNLOAD_BUFFER => Sink::Memory(Vec::with_capacity(n as usize)),
                     _ => {
-                        let partial = PartialFile::create(&dir, dest, &shown).await?;
-                        let file = tokio::fs::OpenOptions::new()
-                            .write(true)
-                            .open(&partial.path)
-                            .await
-                            .map_err(|e| Error::io(&shown, e))?;
+                        let (partial, file) = PartialFile::create(&dir, dest, &shown).await?;
                         // Each tokio file write is a hop to the blocking pool; writing per
                         // received chunk (~20 KiB) made downloads context-switch-bound.
                         Sink::File(partial, tokio::io::BufWriter::with_capacity(DOWNLOAD_BUFFER, file))
@@ -368,8 +400,9 @@ pub async fn download_call(
     let (sink, written) = written?;
     match sink {
         Sink::File(partial, file) => {
-            drop(file);
+            // Renamed while still open, so its lock holds until it has its real name.
             partial.persist(dest).await?;
+            drop(file);
         }
         Sink::Memory(bytes) => land(dir, dest.to_path_buf(), bytes, shown).await?,
     }
@@ -407,7 +440,8 @@ pub(crate) async fn next_piece(
         .await
         .map_err(|_| Error::Timeout { message: format!("{what} stalled: no data for {}", seconds(stall)) })?;
     next.transpose().map_err(|e| Error::Connection {
-        message: format!("{what} broke off after {so_far} bytes: {}", error_chain(&e)),
+        // Without the URL reqwest would name: a presigned one carries its signature.
+        message: format!("{what} broke off after {so_far} bytes: {}", error_chain(&e.without_url())),
     })
 }
 
@@ -460,10 +494,71 @@ async fn through_links(dest: &Path) -> Result<PathBuf, Error> {
 /// leave every download unreadable to the group that shares its folder, and would narrow the
 /// mode of a file it replaces.) Opened by our own `OpenOptions`, not `tempfile_in`, whose errors
 /// hide the OS error code behind their path.
+///
+/// The file is locked (an exclusive OS lock, released when it is closed or its process dies) for
+/// as long as it is open, so `remove_dead_partials` can tell a live download's file from one a
+/// killed process left behind.
 fn partial_beside(dir: &Path, dest: &Path, shown: &str) -> Result<tempfile::NamedTempFile, Error> {
+    // A sweep in another download may catch a new file in the moment before its lock (and lock
+    // or remove it): then another name is tried.
+    for _ in 0..PARTIAL_ATTEMPTS {
+        let temp = new_partial(dir, dest, shown)?;
+        if temp.as_file().try_lock().is_ok() && still_linked(temp.as_file()) {
+            return Ok(temp);
+        }
+    }
+    Err(Error::io(shown, std::io::Error::other("could not lock a temporary file for the download")))
+}
+
+/// How many temporary names `partial_beside` tries before giving up.
+const PARTIAL_ATTEMPTS: usize = 8;
+
+/// The prefix and suffix of a download's temporary file (hidden, and told apart from the
+/// user's files by both).
+const PARTIAL_PREFIX: &str = ".sensorium-download-";
+const PARTIAL_SUFFIX: &str = ".partial";
+
+/// Whether `file` still has a name (a sweep did not remove it before it was locked).
+fn still_linked(file: &std::fs::File) -> bool {
+    #[cfg(unix)]
+    {
+        file.metadata().map(|m| std::os::unix::fs::MetadataExt::nlink(&m) > 0).unwrap_or(false)
+    }
+    // Elsewhere an open file is not removed under its user (std opens with delete sharing, but
+    // the name stays until the last handle closes).
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        true
+    }
+}
+
+/// Removes the temporary files of downloads that died without cleaning up (a SIGKILL, a power
+/// cut): those in `dir` whose lock can be taken, which no live download holds. A file another
+/// process is writing stays locked and is left alone.
+fn remove_dead_partials(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !(name.starts_with(PARTIAL_PREFIX) && name.ends_with(PARTIAL_SUFFIX)) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(file) = std::fs::File::open(&path) else { continue };
+        if file.try_lock().is_ok() {
+            match std::fs::remove_file(&path) {
+                Ok(()) => log::debug!("removed {}, left by a download that did not finish", path.display()),
+                Err(e) => log::debug!("could not remove {}, left by a download that did not finish: {e}", path.display()),
+            }
+        }
+    }
+}
+
+fn new_partial(dir: &Path, dest: &Path, shown: &str) -> Result<tempfile::NamedTempFile, Error> {
     let temp = tempfile::Builder::new()
-        .prefix(".sensorium-download-")
-        .suffix(".partial")
+        .prefix(PARTIAL_PREFIX)
+        .suffix(PARTIAL_SUFFIX)
         .make_in(dir, |path| {
             let mut options = std::fs::OpenOptions::new();
             options.read(true).write(true).create_new(true);
@@ -490,10 +585,11 @@ struct PartialFile {
 }
 
 impl PartialFile {
-    async fn create(dir: &Path, dest: &Path, shown: &str) -> Result<Self, Error> {
+    /// The temporary file and its handle, which holds its lock: keep it open until `persist`.
+    async fn create(dir: &Path, dest: &Path, shown: &str) -> Result<(Self, tokio::fs::File), Error> {
         let named = partial_beside(dir, dest, shown)?;
-        let (_, path) = named.keep().map_err(|e| Error::io(shown, e.error))?;
-        Ok(PartialFile { path, shown: shown.to_string(), keep: false })
+        let (file, path) = named.keep().map_err(|e| Error::io(shown, e.error))?;
+        Ok((PartialFile { path, shown: shown.to_string(), keep: false }, tokio::fs::File::from_std(file)))
     }
 
     async fn persist(mut self, dest: &Path) -> Result<(), Error> {

@@ -46,6 +46,7 @@ pub fn build_request(
         if name == "file_ids" {
             check_file_ids(value)?;
         }
+        check_range(name, value)?;
     }
     if fields.contains_key("events") {
         return Err(Error::invalid_argument("events", "is passed separately from the other fields"));
@@ -173,11 +174,35 @@ fn json_type(value: &Value) -> &'static str {
     }
 }
 
+/// The fields the spec's table gives as a maximum count, size or wait: none of them can be
+/// negative. (Other numbers, such as `temperature` or `top_k`, have no range in the spec; the
+/// service judges them.)
+const NOT_NEGATIVE: [&str; 4] = ["max_new_tokens", "max_frames", "max_query_size_mb", "max_wait_time_sec"];
+
+fn check_range(name: &str, value: &Value) -> Result<(), Error> {
+    let negative = value.as_i64().is_some_and(|n| n < 0) || value.as_f64().is_some_and(|x| x < 0.0);
+    if negative && NOT_NEGATIVE.contains(&name) {
+        return Err(Error::invalid_argument(name, format!("is {value}; it takes 0 or more")));
+    }
+    Ok(())
+}
+
 /// `file_ids` take file names (`file_id`), whose extension decides how the file is read. A
 /// `fil_` uid is the classic mistake: the service rejects it as `unsupported_file_type`.
 fn check_file_ids(value: &Value) -> Result<(), Error> {
     let Some(ids) = value.as_array() else { return Ok(()) };
     for (i, id) in ids.iter().filter_map(Value::as_str).enumerate() {
+        // A local path is the likely mistake (the file was never uploaded, or its name is
+        // meant): no file_id holds a separator, as files.download refuses one.
+        if id.contains('/') || id.contains('\\') {
+            return Err(Error::invalid_argument(
+                "file_ids",
+                format!(
+                    "file_ids[{i}] is {id:?}, a path; file_ids take the file_id (the uploaded file's \
+                     name, e.g. 'notes.txt'): upload the file with files.upload and pass its name"
+                ),
+            ));
+        }
         if id.starts_with("fil_") {
             return Err(Error::invalid_argument(
                 "file_ids",

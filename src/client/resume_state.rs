@@ -4,8 +4,10 @@
 //! The platform matches an unfinished upload by (organization, name, type, size) only. If the
 //! user edits a file after an interrupted upload and keeps its size, a resume would stitch old
 //! and new parts together into a file that never existed. So when an upload starts, the file's
-//! fingerprint (size, modification time, inode) is written next to its upload id; on resume a
-//! changed fingerprint means the unfinished upload is discarded and the file sent afresh. An
+//! fingerprint (size, modification time, inode, inode change time) is written next to its upload
+//! id; on resume a changed fingerprint means the unfinished upload is discarded and the file sent
+//! afresh. The same fingerprint, taken again before `complete`, catches a file edited while its
+//! parts were being sent. An
 //! unfinished upload with no record here (started from another path, on another machine, or
 //! before the cache was cleared) is never resumed either: its parts may be another file's bytes.
 //!
@@ -23,6 +25,15 @@ pub struct Fingerprint {
     pub size: u64,
     pub modified_ns: i128,
     pub inode: u64,
+    /// The inode change time (`st_ctime`): any write, truncation or `utime` moves it, and no
+    /// user can set it back, unlike the modification time (`cp -p`, `rsync -t` and data
+    /// loggers set that to the recording's time, so a re-export of the same size would look
+    /// unchanged). Windows has no such time in std; there it is the creation time, which a
+    /// file written anew under the same name changes (an in-place rewrite with the
+    /// modification time set back goes unseen there). Not defaulted: a record written before
+    /// this field existed fails to parse, counts as no record, and its upload is discarded
+    /// rather than resumed.
+    pub changed_ns: i128,
 }
 
 impl Fingerprint {
@@ -37,7 +48,16 @@ impl Fingerprint {
         let inode = std::os::unix::fs::MetadataExt::ino(meta);
         #[cfg(not(unix))]
         let inode = 0;
-        Fingerprint { size: meta.len(), modified_ns, inode }
+        #[cfg(unix)]
+        let changed_ns = {
+            use std::os::unix::fs::MetadataExt;
+            i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec())
+        };
+        #[cfg(windows)]
+        let changed_ns = i128::from(std::os::windows::fs::MetadataExt::creation_time(meta));
+        #[cfg(not(any(unix, windows)))]
+        let changed_ns = 0;
+        Fingerprint { size: meta.len(), modified_ns, inode, changed_ns }
     }
 }
 
@@ -126,6 +146,34 @@ mod tests {
         assert_ne!(Fingerprint::of(&std::fs::metadata(&data).unwrap()), fp, "same size, new content");
         state.remove();
         assert!(state.load().is_none());
+    }
+
+    #[test]
+    fn a_rewrite_with_the_modification_time_set_back_changes_the_fingerprint() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("a.bin");
+        std::fs::write(&data, b"one").unwrap();
+        let before = std::fs::metadata(&data).unwrap();
+        let fp = Fingerprint::of(&before);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&data, b"two").unwrap();
+        let file = std::fs::File::options().write(true).open(&data).unwrap();
+        file.set_modified(before.modified().unwrap()).unwrap();
+        let after = Fingerprint::of(&std::fs::metadata(&data).unwrap());
+        assert_eq!((after.size, after.modified_ns, after.inode), (fp.size, fp.modified_ns, fp.inode));
+        assert_ne!(after, fp, "the change time moved");
+    }
+
+    #[test]
+    fn a_record_written_without_the_change_time_is_no_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("old.json");
+        std::fs::write(
+            &file,
+            br#"{"upload_id":"upl_1","path":"a.bin","fingerprint":{"size":3,"modified_ns":1,"inode":2}}"#,
+        )
+        .unwrap();
+        assert!(ResumeState { file: Some(file) }.load().is_none());
     }
 
     #[test]

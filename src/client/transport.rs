@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -321,7 +321,7 @@ impl Transport {
                 Some(pacer) => Some(pacer.admit(attempt).await),
                 None => None,
             };
-            log::debug!("{} {} attempt {}", call.method, call.url, attempt);
+            log::debug!("{} {} attempt {}", call.method, shown(call), attempt);
             let (outcome, sent) = match self.attempt(call, attempt).await {
                 Ok(response) => (read(response).await, true),
                 Err(Failed { error: Error::Api(mut api), .. }) => {
@@ -353,7 +353,7 @@ impl Transport {
                         "{} {} attempt {} failed ({}); the server may have acted on it and the call is not safe to \
                          repeat, so it is not retried",
                         call.method,
-                        call.url,
+                        shown(call),
                         attempt,
                         err
                     );
@@ -365,7 +365,7 @@ impl Transport {
                         log::debug!(
                             "{} {} attempt {} failed ({}); the next would start past the call's deadline",
                             call.method,
-                            call.url,
+                            shown(call),
                             attempt,
                             err
                         );
@@ -379,7 +379,7 @@ impl Transport {
                             log::debug!(
                                 "{} {} attempt {}: the server asks to wait longer than the {:.1}s timeout; giving up",
                                 call.method,
-                                call.url,
+                                shown(call),
                                 attempt,
                                 limit.as_secs_f64()
                             );
@@ -389,7 +389,7 @@ impl Transport {
                     log::debug!(
                         "{} {} attempt {} failed ({}); retrying in {:.3}s",
                         call.method,
-                        call.url,
+                        shown(call),
                         attempt,
                         err,
                         delay.as_secs_f64()
@@ -397,7 +397,7 @@ impl Transport {
                     tokio::time::sleep(delay).await;
                 }
                 Err(err) => {
-                    log::debug!("{} {} attempt {} failed: {}", call.method, call.url, attempt, err);
+                    log::debug!("{} {} attempt {} failed: {}", call.method, shown(call), attempt, err);
                     return Err(err);
                 }
             }
@@ -441,6 +441,8 @@ impl Transport {
     async fn attempt(&self, call: &Call, attempt: u32) -> Result<Response, Failed> {
         let cfg = &self.config;
         let activity = Activity::new();
+        // Set when a file body turns out shorter than when the call was built.
+        let short = Arc::new(AtomicBool::new(false));
         let request = match &call.parsed_url {
             Some(url) => self.http.request(call.method.clone(), url.clone()),
             None => self.http.request(call.method.clone(), &call.url),
@@ -470,8 +472,9 @@ impl Transport {
                 for c in &counters {
                     c.store(0, Ordering::Relaxed);
                 }
-                let stream =
-                    reqwest::Body::wrap_stream(file_range_stream(path, 0, *len, counters, activity.clone()).await?);
+                let stream = reqwest::Body::wrap_stream(
+                    file_range_stream(path, 0, *len, counters, activity.clone(), short.clone()).await?,
+                );
                 let part = reqwest::multipart::Part::stream_with_length(stream, *len)
                     .file_name(file_name.clone())
                     .mime_str(mime)
@@ -489,7 +492,8 @@ impl Transport {
                 request.multipart(reqwest::multipart::Form::new().part(field.clone(), part))
             }
             RequestBody::FileRange { path, offset, len, progress } => {
-                let stream = file_range_stream(path, *offset, *len, progress.clone(), activity.clone()).await?;
+                let stream =
+                    file_range_stream(path, *offset, *len, progress.clone(), activity.clone(), short.clone()).await?;
                 request
                     .header(CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"))
                     .header(reqwest::header::CONTENT_LENGTH, *len)
@@ -516,7 +520,7 @@ impl Transport {
                         message: format!(
                             "{} {}: no progress for {} (read_timeout)",
                             call.method,
-                            call.url,
+                            shown(call),
                             seconds(stall)
                         ),
                     };
@@ -527,7 +531,7 @@ impl Transport {
                         message: format!(
                             "{} {}: no answer within {} of sending the request (timeout)",
                             call.method,
-                            call.url,
+                            shown(call),
                             seconds(answer_within.unwrap_or_default())
                         ),
                     };
@@ -539,7 +543,22 @@ impl Transport {
         };
         // reqwest's connect phase (refused, DNS, TLS, connect timeout) ends before the request is
         // written, so the server cannot have acted on it.
-        let response = sent.map_err(|e| Failed { unsent: e.is_connect(), error: self.send_error(call, e) })?;
+        let response = match sent {
+            Ok(response) => response,
+            // The body broke off because the file ran out: the file changed, not the connection.
+            Err(_) if short.load(Ordering::Relaxed) => {
+                let (path, len) = match &call.body {
+                    RequestBody::MultipartFile { path, len, .. } | RequestBody::FileRange { path, len, .. } => (path.display().to_string(), *len),
+                    _ => (String::new(), 0),
+                };
+                let source = std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("the file changed size during the upload: it ended before the {len} bytes being sent"),
+                );
+                return Err(Failed { error: Error::io(path, source), unsent: false });
+            }
+            Err(e) => return Err(Failed { unsent: e.is_connect(), error: self.send_error(call, e) }),
+        };
         if response.status().is_success() {
             return Ok(response);
         }
@@ -562,20 +581,20 @@ impl Transport {
     }
 
     fn send_error(&self, call: &Call, err: reqwest::Error) -> Error {
-        let detail = error_chain(&err);
+        let (connect, timeout, builder) = (err.is_connect(), err.is_timeout(), err.is_builder());
+        // reqwest's text names the URL in full; ours is written below, as `shown` gives it.
+        let detail = error_chain(&err.without_url());
+        let url = shown(call);
         // A connect timeout is both: it counts as no connection made (nothing was sent, and a
         // batch stops on it), and is still told to the caller as a timeout.
-        if err.is_connect() {
-            Error::Unreachable {
-                message: format!("{} {}: {}", call.method, call.url, detail),
-                timed_out: err.is_timeout(),
-            }
-        } else if err.is_timeout() {
-            Error::Timeout { message: format!("{} {}: {}", call.method, call.url, detail) }
-        } else if err.is_builder() {
-            Error::invalid_argument("base_url", format!("cannot build a request to {}: {}", call.url, detail))
+        if connect {
+            Error::Unreachable { message: format!("{} {url}: {detail}", call.method), timed_out: timeout }
+        } else if timeout {
+            Error::Timeout { message: format!("{} {url}: {detail}", call.method) }
+        } else if builder {
+            Error::invalid_argument("base_url", format!("cannot build a request to {url}: {detail}"))
         } else {
-            Error::Connection { message: format!("{} {}: {}", call.method, call.url, detail) }
+            Error::Connection { message: format!("{} {url}: {detail}", call.method) }
         }
     }
 
@@ -588,7 +607,24 @@ impl Transport {
         };
         // Some bodies echo the caller's key (lens session records); keep it out of exceptions.
         let raw = self.config.api_key.redact_in(&raw);
-        ApiError::from_body(status, call.method.as_str(), &call.url, raw, retry_after)
+        ApiError::from_body(status, call.method.as_str(), shown(call), raw, retry_after)
+    }
+}
+
+/// `url` as messages and logs show it: without its query, which on a presigned storage URL holds
+/// the signature (whoever reads it can use the URL until it expires). Scheme, host and path stay.
+pub fn shown_url(url: &str) -> &str {
+    url.find(['?', '#']).map_or(url, |end| &url[..end])
+}
+
+/// `call`'s URL as messages and logs show it: an unauthenticated call's URL is presigned
+/// storage, shown without its query; the platform's own calls keep theirs (list filters,
+/// cursors), which carry no secret (the key travels in a header).
+fn shown(call: &Call) -> &str {
+    if call.authenticated {
+        &call.url
+    } else {
+        shown_url(&call.url)
     }
 }
 
@@ -686,6 +722,7 @@ async fn file_range_stream(
     len: u64,
     progress: Vec<Arc<AtomicU64>>,
     activity: Arc<Activity>,
+    short: Arc<AtomicBool>,
 ) -> Result<impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send + 'static, Error> {
     use futures_util::StreamExt;
     use std::io::Read;
@@ -704,23 +741,33 @@ async fn file_range_stream(
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(READ_AHEAD);
     tokio::task::spawn_blocking(move || {
         let mut file = file.take(len);
+        let mut read_so_far: u64 = 0;
         loop {
             // `read_to_end` on a `take` fills the chunk (retrying interrupted reads) without
             // zeroing it first, and stops at the chunk's size or the range's end.
             let mut chunk = Vec::with_capacity(CHUNK);
-            let item = match (&mut file).take(CHUNK as u64).read_to_end(&mut chunk) {
-                Ok(0) => return,
-                Ok(read) if read < CHUNK => {
-                    let _ = tx.blocking_send(Ok(Bytes::from(chunk)));
-                    return;
-                }
-                Ok(_) => Ok(Bytes::from(chunk)),
-                Err(e) => Err(e),
-            };
-            let failed = item.is_err();
             // An error ends the body (hyper aborts the request); a dropped receiver means the
             // request is gone, so stop reading.
-            if tx.blocking_send(item).is_err() || failed {
+            let read = match (&mut file).take(CHUNK as u64).read_to_end(&mut chunk) {
+                Ok(read) => read,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    return;
+                }
+            };
+            read_so_far += read as u64;
+            if read > 0 && tx.blocking_send(Ok(Bytes::from(chunk))).is_err() {
+                return;
+            }
+            if read < CHUNK {
+                if read_so_far < len {
+                    // The file got shorter since the request was built. Ended here, the body
+                    // would be reported as a connection's "early end"; the flag tells the
+                    // attempt what happened.
+                    short.store(true, Ordering::Relaxed);
+                    let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file got shorter during the upload");
+                    let _ = tx.blocking_send(Err(eof));
+                }
                 return;
             }
         }
@@ -752,15 +799,21 @@ pub async fn read_body(mut response: Response, stall: Duration) -> Result<Bytes,
     // Written out only for an error message (formatting it cost more than the clone).
     let url = response.url().clone();
     let cut = |e: reqwest::Error| {
-        let message = format!("reading the response from {url}: {}", error_chain(&e));
-        if e.is_timeout() {
+        let timeout = e.is_timeout();
+        // Without the query (a presigned URL's signature): see `shown_url`.
+        let message = format!("reading the response from {}: {}", shown_url(url.as_str()), error_chain(&e.without_url()));
+        if timeout {
             Error::Timeout { message }
         } else {
             Error::Connection { message }
         }
     };
     let stalled = || Error::Timeout {
-        message: format!("reading the response from {url}: no data for {:.1}s (read_timeout)", stall.as_secs_f64()),
+        message: format!(
+            "reading the response from {}: no data for {:.1}s (read_timeout)",
+            shown_url(url.as_str()),
+            stall.as_secs_f64()
+        ),
     };
     // Most bodies arrive in one chunk: hand that chunk on without copying it.
     let first = match tokio::time::timeout(stall, response.chunk()).await.map_err(|_| stalled())? {
@@ -834,7 +887,7 @@ mod tests {
         std::fs::write(&path, &data).unwrap();
         let counter = Arc::new(AtomicU64::new(0));
         let len = (data.len() - 7 - 3) as u64;
-        let stream = file_range_stream(&path, 7, len, vec![counter.clone()], Activity::new()).await.unwrap();
+        let stream = file_range_stream(&path, 7, len, vec![counter.clone()], Activity::new(), Default::default()).await.unwrap();
         let chunks: Vec<Bytes> = stream.map(|c| c.unwrap()).collect().await;
         assert_eq!(chunks.len(), 3);
         assert_eq!(chunks.concat(), data[7..data.len() - 3]);
@@ -1071,7 +1124,7 @@ mod tests {
     #[tokio::test]
     async fn a_missing_file_fails_before_anything_is_sent() {
         let dir = tempfile::tempdir().unwrap();
-        let err = file_range_stream(&dir.path().join("gone.bin"), 0, 10, Vec::new(), Activity::new()).await.err().unwrap();
+        let err = file_range_stream(&dir.path().join("gone.bin"), 0, 10, Vec::new(), Activity::new(), Default::default()).await.err().unwrap();
         assert!(err.to_string().contains("gone.bin"), "{err}");
     }
 
@@ -1080,7 +1133,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("big.bin");
         std::fs::write(&path, vec![1u8; 16 * 1024 * 1024]).unwrap();
-        let mut stream = Box::pin(file_range_stream(&path, 0, 16 * 1024 * 1024, Vec::new(), Activity::new()).await.unwrap());
+        let mut stream = Box::pin(file_range_stream(&path, 0, 16 * 1024 * 1024, Vec::new(), Activity::new(), Default::default()).await.unwrap());
         assert!(stream.next().await.unwrap().is_ok());
         drop(stream);
         // The reader ends on its next send; nothing to join, but the runtime must not hang on

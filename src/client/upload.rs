@@ -15,9 +15,9 @@ use super::error::Error;
 use super::path_segment::path_segment;
 use super::resume_state::{Fingerprint, ResumeRecord, ResumeState};
 use super::stored_content::{self, Local};
-use super::transport::{read_body, Call, RequestBody, Transport};
+use super::transport::{read_body, shown_url, Call, RequestBody, Transport};
 use super::upload_claim::UploadClaim;
-use crate::wire::files::mime_for_name;
+use crate::wire::files::{mime_for_name, DIRECT_UPLOAD_MAX_BYTES};
 use crate::wire::uploads::{
     CompleteResponse, InitiateRequest, InitiateResponse, PartTarget, PartToken, PartUrlsRequest,
     PartUrlsResponse, PartsRequest,
@@ -118,7 +118,7 @@ fn upload_path(upload_id: &str, rest: &str) -> Result<String, Error> {
 
 /// The content type sent with `initiate`: from the extension (JSONL included), else the caller's,
 /// else generic bytes.
-fn direct_type(name: &str, content_type: Option<&str>) -> String {
+pub(crate) fn direct_type(name: &str, content_type: Option<&str>) -> String {
     mime_for_name(name)
         .map(str::to_string)
         .or_else(|| content_type.map(str::to_string))
@@ -149,6 +149,15 @@ pub async fn upload_direct(
     // Read after the wait: an upload that held the claim may have changed the file or finished.
     let meta = tokio::fs::metadata(path).await.map_err(|e| Error::io(path.display(), e))?;
     let num_bytes = meta.len();
+    if num_bytes > DIRECT_UPLOAD_MAX_BYTES {
+        return Err(Error::invalid_argument(
+            "path",
+            format!(
+                "{} is {num_bytes} bytes; the direct-to-cloud upload takes at most {DIRECT_UPLOAD_MAX_BYTES} bytes (250 GB)",
+                path.display()
+            ),
+        ));
+    }
     let fingerprint = Fingerprint::of(&meta);
     let state = ResumeState::new(&transport.config.base_url(), path);
     // The platform matches an unfinished upload by (organization, name, type, size) only, so its
@@ -219,12 +228,13 @@ async fn send_recorded(
     state.save(&ResumeRecord {
         upload_id: started.upload_id.clone(),
         path: path.display().to_string(),
-        fingerprint,
+        fingerprint: fingerprint.clone(),
     });
     let upload_id = started.upload_id.clone();
-    let result = send_parts(transport, path, file_id, num_bytes, started, opts, progress).await;
+    let result = send_parts(transport, path, file_id, num_bytes, started, opts, progress, &fingerprint).await;
     match &result {
-        Ok(_) | Err(Error::Transfer { resumable: false, .. }) => state.remove(),
+        // A plan or an answer the client cannot trust: resuming would only meet it again.
+        Ok(_) | Err(Error::Transfer { resumable: false, .. }) | Err(Error::Decode { .. }) => state.remove(),
         Err(Error::Api(api)) if api.status == 409 => {
             // The name was taken (or the upload completed) meanwhile: nothing is left to resume.
             // Our parts are of no use to anyone; best effort, as the 409 is what to report.
@@ -238,6 +248,7 @@ async fn send_recorded(
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn send_parts(
     transport: &Transport,
     path: &Path,
@@ -246,9 +257,25 @@ async fn send_parts(
     started: InitiateResponse,
     opts: &DirectUploadOptions,
     progress: Arc<TransferProgress>,
+    fingerprint: &Fingerprint,
 ) -> Result<DirectUploadResult, Error> {
     let upload_id = started.upload_id.clone();
-    let parts = part_ranges(&started, num_bytes)?;
+    let planned = part_ranges(&started, num_bytes).and_then(|parts| check_plan(&started, &parts, num_bytes).map(|()| parts));
+    let parts = match planned {
+        Ok(parts) => parts,
+        Err(message) => {
+            // The plan is the server's data, and carrying out a wrong one stores a file with
+            // bytes missing or twice. Nothing was sent; the upload is of no use.
+            if let Err(err) = discard(transport, &upload_id).await {
+                log::debug!("could not abort upload {upload_id} after its unusable plan: {err}");
+            }
+            return Err(Error::Decode {
+                url: transport.config.url("/files/uploads/initiate"),
+                message: format!("the upload plan for {file_id} ({num_bytes} bytes) {message}"),
+                body: String::new(),
+            });
+        }
+    };
     let remaining: u64 = parts.iter().map(|p| p.len).sum();
     progress.total.store(num_bytes, Ordering::Relaxed);
     // Parts checkpointed by an earlier run count as done.
@@ -257,8 +284,21 @@ async fn send_parts(
         log::debug!("resuming upload {upload_id} of {file_id}: {} parts left", parts.len());
     }
 
-    let sent = send_all_parts(transport, &upload_id, path, parts, opts.concurrency, &progress).await;
-    let mut tokens = sent.map_err(|err| resumable_failure(&upload_id, path, err))?;
+    let sent = send_all_parts(transport, &upload_id, path, parts, opts.concurrency, &progress, fingerprint).await;
+    let mut tokens = match sent {
+        Ok(tokens) => tokens,
+        // A part that failed because the file shrank under it is the file's change, not the link's.
+        Err(err) if !unchanged(path, fingerprint).await => {
+            log::debug!("upload {upload_id} of {file_id}: the local file changed ({err})");
+            return Err(abandon_changed(transport, &upload_id, path).await);
+        }
+        Err(err) => return Err(resumable_failure(&upload_id, path, err)),
+    };
+    // Read last thing before `complete`: every part was read by now, so an edit at any moment
+    // of the upload shows here, and parts of two versions are never registered as one file.
+    if !unchanged(path, fingerprint).await {
+        return Err(abandon_changed(transport, &upload_id, path).await);
+    }
     tokens.sort_by_key(|t| t.part_number);
     let call = post_json(transport, &upload_path(&upload_id, "/complete")?, &PartsRequest { parts: tokens })?;
     let complete = match transport.json::<CompleteResponse>(&call).await {
@@ -268,8 +308,54 @@ async fn send_parts(
         }
         Err(err) => return Err(resumable_failure(&upload_id, path, err)),
     };
+    let wrong = match (&complete.num_bytes, &complete.file_name) {
+        (Some(n), _) if *n != num_bytes => Some(format!("{n} bytes")),
+        (_, Some(name)) if *name != file_id => Some(format!("a file named {name:?}")),
+        _ => None,
+    };
+    if let Some(wrong) = wrong {
+        return Err(Error::Decode {
+            url: call.url.clone(),
+            message: format!("the platform completed the upload of {file_id} ({num_bytes} bytes) as {wrong}"),
+            body: serde_json::to_string(&complete).unwrap_or_default(),
+        });
+    }
     progress.done.store(num_bytes, Ordering::Relaxed);
     Ok(DirectUploadResult { file_id, complete })
+}
+
+/// Whether the file at `path` is still the one `fingerprint` was taken of (same size, times and
+/// inode); a file that cannot be read any more is not.
+pub(crate) async fn unchanged(path: &Path, fingerprint: &Fingerprint) -> bool {
+    match tokio::fs::metadata(path).await {
+        Ok(meta) => Fingerprint::of(&meta) == *fingerprint,
+        Err(_) => false,
+    }
+}
+
+/// The error for a local file that changed while it was being sent. A `TransferError` that is
+/// not resumable: resuming would join the parts of two versions (the very thing refused), and
+/// an `OSError` would say the file could not be read, which is not what happened. Uploading
+/// again sends the file as it then is.
+pub(crate) fn changed_during_upload(path: &Path, stored: &str) -> Error {
+    Error::Transfer {
+        message: format!(
+            "{} changed during the upload (written to, truncated or replaced), so the bytes sent mix \
+             versions of it; {stored}. Upload it again once nothing is writing to it",
+            path.display()
+        ),
+        resumable: false,
+        upload_id: None,
+    }
+}
+
+/// Aborts an upload whose file changed under it (best effort: its parts are useless), and
+/// gives the error to raise.
+async fn abandon_changed(transport: &Transport, upload_id: &str, path: &Path) -> Error {
+    if let Err(err) = discard(transport, upload_id).await {
+        log::debug!("could not abort upload {upload_id} after its file changed: {err}");
+    }
+    changed_during_upload(path, "the upload was discarded and nothing was stored")
 }
 
 /// A `complete` whose answer was lost and whose retry met a 409: our upload completed (the
@@ -305,6 +391,7 @@ async fn send_all_parts(
     parts: Vec<PartRange>,
     concurrency: usize,
     progress: &Arc<TransferProgress>,
+    fingerprint: &Fingerprint,
 ) -> Result<Vec<PartToken>, Error> {
     let send = |part: PartRange| {
         let transport = transport.clone();
@@ -313,6 +400,11 @@ async fn send_all_parts(
         let path = path.to_path_buf();
         async move {
             let token = send_part(&transport, &upload_id, &path, &part, &progress).await?;
+            // Checked as each part is read (one stat), so an edited file stops the upload at
+            // once; the part is not checkpointed, as its bytes may be of either version.
+            if !unchanged(&path, fingerprint).await {
+                return Err(changed_during_upload(&path, "the upload was stopped"));
+            }
             checkpoint(&transport, &upload_id, &token).await;
             Ok::<PartToken, Error>(token)
         }
@@ -353,7 +445,7 @@ pub(crate) struct PartRange {
     len: u64,
 }
 
-pub(crate) fn part_ranges(started: &InitiateResponse, num_bytes: u64) -> Result<Vec<PartRange>, Error> {
+pub(crate) fn part_ranges(started: &InitiateResponse, num_bytes: u64) -> Result<Vec<PartRange>, String> {
     let part_size = started.part_size;
     started
         .parts
@@ -372,19 +464,80 @@ pub(crate) fn part_ranges(started: &InitiateResponse, num_bytes: u64) -> Result<
                 (None, None) => num_bytes.saturating_sub(offset),
             };
             if offset.checked_add(len).is_none_or(|end| end > num_bytes) {
-                return Err(Error::Decode {
-                    url: String::new(),
-                    message: format!(
-                        "part {} covers bytes {offset}..{} of a {num_bytes}-byte file",
-                        p.part_number,
-                        offset.saturating_add(len)
-                    ),
-                    body: String::new(),
-                });
+                return Err(format!(
+                    "has part {} covering bytes {offset}..{} of a {num_bytes}-byte file",
+                    p.part_number,
+                    offset.saturating_add(len)
+                ));
             }
+            check_part_url(&p.url).map_err(|why| format!("gives part {} the URL {why}", p.part_number))?;
             Ok(PartRange { number: p.part_number, url: p.url.clone(), offset, len })
         })
         .collect()
+}
+
+/// A part URL is the server's: one that is not an absolute http(s) URL is its error, not one of
+/// the caller's `base_url`. Messages show no query (it holds the signature).
+fn check_part_url(url: &str) -> Result<(), String> {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => Ok(()),
+        _ => Err(format!("{:?}, which is not an absolute http(s) URL", shown_url(url))),
+    }
+}
+
+/// Checks that the parts cover the file exactly once: no byte left out (a gap, an empty plan),
+/// none sent twice (an overlap), no part number twice. On a resume the plan lists only the
+/// parts still to send; those already recorded are the other numbers up to `num_parts`, each
+/// where `part_size` puts it. Such a layout tiles the file when `num_parts` is the count of
+/// `part_size` pieces in it, so the remaining parts must each sit at their own place in it.
+pub(crate) fn check_plan(started: &InitiateResponse, parts: &[PartRange], num_bytes: u64) -> Result<(), String> {
+    let mut numbers: Vec<u32> = parts.iter().map(|p| p.number).collect();
+    numbers.sort_unstable();
+    if let Some(twice) = numbers.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("lists part {} twice", twice[0]));
+    }
+    if started.is_resume == Some(true) {
+        if let Some(total) = started.total_bytes.filter(|&t| t != num_bytes) {
+            return Err(format!("resumes an upload of {total} bytes"));
+        }
+        let (Some(count), Some(size)) = (started.num_parts, started.part_size.filter(|&s| s > 0)) else {
+            return Err("resumes without num_parts and part_size, so the parts already sent cannot be checked".into());
+        };
+        if count != num_bytes.div_ceil(size).max(1) {
+            return Err(format!("resumes as {count} parts of {size} bytes, which do not make a {num_bytes}-byte file"));
+        }
+        for p in parts {
+            let offset = u64::from(p.number.saturating_sub(1)).saturating_mul(size);
+            let in_place = p.number >= 1
+                && u64::from(p.number) <= count
+                && p.offset == offset
+                && p.len == size.min(num_bytes.saturating_sub(offset));
+            if !in_place {
+                return Err(format!(
+                    "resumes with part {} at bytes {}..{}, which is not that part's place among {count} parts of {size} bytes",
+                    p.number,
+                    p.offset,
+                    p.offset.saturating_add(p.len)
+                ));
+            }
+        }
+        return Ok(());
+    }
+    let mut spans: Vec<(u64, u64, u32)> = parts.iter().map(|p| (p.offset, p.len, p.number)).collect();
+    spans.sort_unstable();
+    let mut covered: u64 = 0;
+    for (offset, len, number) in spans {
+        if offset != covered {
+            let (from, to) = (covered.min(offset), covered.max(offset));
+            let what = if offset > covered { "leaves out" } else { "sends twice" };
+            return Err(format!("{what} bytes {from}..{to} (part {number} starts at {offset})"));
+        }
+        covered += len;
+    }
+    if covered != num_bytes {
+        return Err(format!("covers {covered} of the {num_bytes} bytes"));
+    }
+    Ok(())
 }
 
 /// Sends one part under the retry rule, refreshing its URL when the storage says it expired.
@@ -443,7 +596,7 @@ async fn send_part(
 
 /// The storage's answer to a part PUT: its `ETag` is the part's token.
 async fn part_token(number: u32, response: reqwest::Response, stall: std::time::Duration) -> Result<PartToken, Error> {
-    let url = response.url().to_string();
+    let url = shown_url(response.url().as_str()).to_string();
     let etag = response
         .headers()
         .get(reqwest::header::ETAG)
@@ -478,11 +631,9 @@ async fn refresh_url(transport: &Transport, upload_id: &str, part_number: u32) -
         .into_iter()
         .find(|p| p.part_number == part_number)
         .map(|p| p.url)
-        .ok_or_else(|| Error::Decode {
-            url: call.url.clone(),
-            message: format!("no fresh URL for part {part_number}"),
-            body: String::new(),
-        })
+        .ok_or_else(|| format!("no fresh URL for part {part_number}"))
+        .and_then(|url| check_part_url(&url).map(|()| url).map_err(|why| format!("the fresh URL for part {part_number} is {why}")))
+        .map_err(|message| Error::Decode { url: call.url.clone(), message, body: String::new() })
 }
 
 /// Records a finished part so a later run skips it. Best effort: a lost checkpoint only means
@@ -507,8 +658,9 @@ pub async fn abort(transport: &Transport, upload_id: &str) -> Result<(), Error> 
 
 fn resumable_failure(upload_id: &str, path: &Path, err: Error) -> Error {
     match err {
-        // Wrong arguments and missing files are not transfer failures.
-        Error::InvalidArgument { .. } | Error::Config(_) => err,
+        // Wrong arguments and missing files are not transfer failures; a transfer failure (the
+        // file changed) already says what to do.
+        Error::InvalidArgument { .. } | Error::Config(_) | Error::Transfer { .. } => err,
         // A state conflict (the upload completed, the name taken): a resume would only meet it
         // again. It stays the `ConflictError` it is.
         Error::Api(ref api) if api.status == 409 => err,
@@ -564,6 +716,49 @@ mod tests {
             part_ranges(&started(vec![target(1, None, None), target(3, None, None)], Some(4)), 10).unwrap();
         assert_eq!((derived[0].offset, derived[0].len), (0, 4));
         assert_eq!((derived[1].offset, derived[1].len), (8, 2), "the last part is short");
+    }
+
+    #[test]
+    fn a_plan_must_cover_the_file_exactly_once() {
+        let check = |parts: Vec<PartTarget>, n: u64| {
+            let s = started(parts, Some(4));
+            part_ranges(&s, n).and_then(|r| check_plan(&s, &r, n))
+        };
+        assert!(check(vec![target(1, None, None), target(2, None, None), target(3, None, None)], 10).is_ok());
+        assert!(check(vec![target(1, Some(0), Some(0))], 0).is_ok(), "an empty file is one empty part");
+        assert!(check(vec![], 0).is_ok());
+        for (parts, why) in [
+            (vec![target(1, None, None), target(3, None, None)], "leaves out"),
+            (vec![], "covers 0"),
+            (vec![target(1, Some(0), Some(6)), target(2, Some(4), Some(6))], "sends twice"),
+            (vec![target(1, Some(0), Some(5)), target(1, Some(5), Some(5))], "twice"),
+        ] {
+            let err = check(parts, 10).expect_err(why);
+            assert!(err.contains(why), "{err}");
+        }
+        let relative = PartTarget { part_number: 1, url: "/store/1?signature=s".into(), offset: None, length: None };
+        let err = check(vec![relative], 4).expect_err("a relative URL");
+        assert!(err.contains("/store/1") && !err.contains("signature"), "{err}");
+    }
+
+    #[test]
+    fn a_resume_must_make_the_file_with_the_parts_already_sent() {
+        let resume = |parts: Vec<PartTarget>, num_parts: u64, total: u64, n: u64| {
+            let s = InitiateResponse {
+                is_resume: Some(true),
+                num_parts: Some(num_parts),
+                total_bytes: Some(total),
+                ..started(parts, Some(4))
+            };
+            part_ranges(&s, n).and_then(|r| check_plan(&s, &r, n))
+        };
+        assert!(resume(vec![target(3, None, None)], 3, 10, 10).is_ok());
+        assert!(resume(vec![], 3, 10, 10).is_ok(), "every part already sent");
+        assert!(resume(vec![target(3, Some(4), Some(4))], 3, 10, 10).is_err(), "part 3 out of its place");
+        assert!(resume(vec![target(3, None, None)], 4, 10, 10).is_err(), "a layout of another size");
+        assert!(resume(vec![target(3, None, None)], 3, 11, 10).is_err(), "another file's upload");
+        assert!(resume(vec![target(4, None, None)], 3, 10, 10).is_err(), "a part past the layout");
+        assert!(resume(vec![target(u32::MAX, None, None)], u64::MAX, 10, 10).is_err());
     }
 
     #[test]

@@ -59,3 +59,5 @@ pub const SIMPLE_UPLOAD_TYPES: &[&str] = &[
 
 /// The simple upload's size ceiling (512 MB).
 pub const SIMPLE_UPLOAD_MAX_BYTES: u64 = 512 * 1000 * 1000;
+/// The direct-to-cloud upload's size ceiling (250 GB, the spec's limits table).
+pub const DIRECT_UPLOAD_MAX_BYTES: u64 = 250 * 1000 * 1000 * 1000;

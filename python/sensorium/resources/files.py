@@ -126,6 +126,11 @@ class Files(Resource):
         >>> client.files.upload("recording.jsonl", progress=True)  # doctest: +SKIP
         """
         local = local_path(path, "path")
+        if not isinstance(method, str):
+            # The core names the choices for a wrong string; anything else would reach it as a
+            # conversion error naming no argument.
+            raise TypeError(f"method: expected 'auto', 'simple' or 'direct', got {type(method).__name__}")
+        flag(progress, "progress", optional=False)
         args = (local, None if content_type is None else utf8_text(content_type, "content_type"), method,
                 flag(resume, "resume", optional=False), count(concurrency, "concurrency", 1, MAX_UPLOAD_CONCURRENCY),
                 count(direct_threshold, "direct_threshold", 0, 2**62))
@@ -208,6 +213,7 @@ class Files(Resource):
         PosixPath('/tmp/notes.txt')
         """
         _file_id(file_id)
+        flag(progress, "progress", optional=False)
         target = _target(file_id, path)
         step = Native("download_file", (file_id, os.fspath(target)), (on_progress, progress, file_id), lambda _: target)
         return self._native(step)
