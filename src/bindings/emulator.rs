@@ -29,7 +29,8 @@ fn seconds(value: f64, name: &str) -> PyResult<Duration> {
 /// A time that must pass before something happens again: 0 would make it happen all the time
 /// (a lens session expire at once, a heartbeat never stop).
 fn positive_seconds(value: f64, name: &str) -> PyResult<Duration> {
-    if !(value > 0.0) {
+    // NaN fails this too (it is not above 0).
+    if value.is_nan() || value <= 0.0 {
         return Err(PyValueError::new_err(format!("{name} must be above 0 seconds, got {value}")));
     }
     seconds(value, name)
