@@ -9,6 +9,7 @@ import contextlib
 import asyncio
 import pickle
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -683,3 +684,51 @@ def test_concurrent_batches_of_one_client_share_the_rate_limit(client_kind):
         assert all(np.isfinite(r).all() for r in results)
         sent = calls(emu, "/query")
         assert max(r.attempt for r in sent) <= 3 and sum(r.status == 200 for r in sent) == 120
+
+
+def _sensorium_warnings(caught):
+    return [str(w.message) for w in caught if "embed_many" in str(w.message)]
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_the_platforms_warnings_are_reported_once_per_distinct_message(emu, client_kind, per_channel):
+    # The encoder takes 1024 points: longer windows are truncated, shorter ones zero-padded, and
+    # each answer says so in response.warning_messages. embed_many once returned only the array.
+    long, short, exact = (RNG.normal(size=(2, n)) for n in (2048, 512, 1024))
+    windows = [long, long, short, long, exact, long, long, long]  # 6 long, 1 short, 1 exact
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        vectors = run_on(client_kind, lambda c: c.embed_many(ENCODER, windows, per_channel=per_channel),
+                         **options(emu))
+    assert vectors.shape == (8, 2, 768)
+    # One warning per distinct message, counting windows (not a per-channel window's requests),
+    # naming the first few, in the order of their first window.
+    assert _sensorium_warnings(caught) == [
+        "embed_many: 6 of 8 windows: window of 2048 points was truncated to its last 1024 (windows 0, 1, 3, 5, 6, ...)",
+        "embed_many: 1 of 8 windows: window of 512 points was zero-padded to 1024 (window 2)",
+    ]
+    assert all(w.category is UserWarning for w in caught)
+    # Pointing at the caller's line, not at sensorium's insides.
+    import sensorium
+
+    assert not any(w.filename.startswith(sensorium.__path__[0]) for w in caught)
+
+
+def test_windows_the_model_takes_as_they_are_give_no_warning(emu, client_kind):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_on(client_kind, lambda c: c.embed_many(ENCODER, RNG.normal(size=(5, 2, 1024))), **options(emu))
+    assert _sensorium_warnings(caught) == []
+
+
+def test_the_platforms_warnings_are_reported_when_the_batch_fails_too(emu, client_kind):
+    windows = RNG.normal(size=(4, 1, 2048))
+    windows[1, 0, 7] = np.nan  # fails alone, without a request
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(EmbedManyError) as info:
+            run_on(client_kind, lambda c: c.embed_many(ENCODER, windows), **options(emu))
+    assert info.value.failed == [1]
+    assert _sensorium_warnings(caught) == [
+        "embed_many: 3 of 4 windows: window of 2048 points was truncated to its last 1024 (windows 0, 2, 3)"
+    ]

@@ -273,6 +273,13 @@ class Client(_BaseClient):
         same way: the windows read before finish, and the ``EmbedManyError`` has its exception as
         ``__cause__``. Ctrl-C stops the whole batch.
 
+        The platform's warnings about the data (``response.warning_messages``, what
+        ``embed(...).warnings`` holds, e.g. a window longer than the model takes was truncated)
+        are reported at the end of the batch, before it returns or raises, as one ``UserWarning``
+        per distinct message with how many windows had it and the first few:
+        ``embed_many: 1,000 of 1,000 windows: window of 2048 points was truncated to its last 1024
+        (windows 0, 1, 2, 3, 4, ...)``.
+
         >>> import numpy as np, sensorium
         >>> recording = np.random.rand(100_000, 4)                                   # (time, channels)
         >>> w = sensorium.windows(recording, window=1024)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 import numpy as np
 import numpy.typing as npt
 
+from ._endpoints import warn_caller
 from ._numeric import as_channels
 from ._progress import _Reporter
 from .errors import EmbedManyError, InvalidArgumentError, PayloadTooLargeError
@@ -211,7 +212,9 @@ class _Run:
     def result(self) -> npt.NDArray[np.float32]:
         self.reporter.tick()
         stopped_by = self.batch.stopped_by  # read before finish() hands the failures over
-        vectors, failed, reported, not_sent = self.batch.finish()
+        vectors, failed, reported, not_sent, warnings = self.batch.finish()
+        # Before any of the raises below: the warnings are about the windows that were embedded.
+        _warn(warnings, len(vectors))
         if self.batch.submitted == 0 and self.source.error is None:
             return np.empty((0, self.source.channels or 0, EMBEDDING_DIM), dtype=np.float32)
         if stopped_by is not None:
@@ -300,6 +303,17 @@ def _count(value: Any) -> int:
         raise TypeError(
             f"concurrency: takes a whole number of requests in flight, got {type(value).__name__} {value!r}"
         ) from None
+
+
+def _warn(warnings: list[tuple[str, int, list[int]]], total: int) -> None:
+    """One ``UserWarning`` per distinct message the platform attached to the answers (as
+    ``embed(...).warnings`` holds them), saying how many windows had it and the first few. A
+    ``UserWarning``, as for a batch job's failed inputs: the data was changed to fit (a window
+    truncated or padded), which the caller should see once, and can filter by message."""
+    for message, windows, first in warnings:
+        listed = ", ".join(str(i) for i in first) + (", ..." if windows > len(first) else "")
+        warn_caller(f"embed_many: {windows:,} of {total:,} windows: {message} "
+                    f"({'window' if windows == 1 else 'windows'} {listed})")
 
 
 def _sentence(error: Any) -> str:

@@ -41,8 +41,10 @@ impl EmbedBatch {
 }
 
 /// What `finish` hands back: the vectors, the failed windows' indices, the error to report (the
-/// one that stopped the batch, else the first failure), and the windows not sent.
-type Finished<'py> = (Bound<'py, PyArray3<f32>>, Vec<usize>, Option<Py<PyAny>>, Vec<usize>);
+/// one that stopped the batch, else the first failure), the windows not sent, and the platform's
+/// warnings as (message, windows that had it, the first of them).
+type Finished<'py> =
+    (Bound<'py, PyArray3<f32>>, Vec<usize>, Option<Py<PyAny>>, Vec<usize>, Vec<(String, usize, Vec<usize>)>);
 
 #[pymethods]
 impl EmbedBatch {
@@ -117,7 +119,7 @@ impl EmbedBatch {
 
     /// Once nothing is pending: the (N, channels, 768) float32 array (NaN rows where a window
     /// failed or was not sent), the failed indices, the exception to report (`None` when none
-    /// failed), and the indices of the windows not sent.
+    /// failed), the indices of the windows not sent, and the platform's warnings.
     fn finish<'py>(&self, py: Python<'py>) -> PyResult<Finished<'py>> {
         guard("embed_many", || {
             if self.batch.pending() != 0 {
@@ -133,7 +135,8 @@ impl EmbedBatch {
                 None => outcome.failures.into_iter().next(),
             };
             let reported = reported.map(|(_, err)| to_pyerr(py, err).into_value(py).into_any());
-            Ok((PyArray3::from_owned_array(py, array), failed, reported, outcome.not_sent))
+            let warnings = outcome.warnings.into_iter().map(|w| (w.message, w.windows, w.first)).collect();
+            Ok((PyArray3::from_owned_array(py, array), failed, reported, outcome.not_sent, warnings))
         })
     }
 }

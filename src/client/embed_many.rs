@@ -36,12 +36,82 @@ use super::transport::Transport;
 /// windows kept ready (2 x this many requests) cost about 20 kB each.
 pub const DEFAULT_CONCURRENCY: usize = 64;
 pub const MAX_CONCURRENCY: usize = 1024;
+/// Window indices a warning keeps to name (the lowest): enough to find an example, and the
+/// memory of a warning that every window of a long recording gets stays the same.
+const WARNING_INDICES: usize = 5;
+/// Distinct warning messages a batch keeps; messages beyond them (a server that put each
+/// window's own detail in its message) are counted together, so memory stays bounded.
+const WARNING_MESSAGES: usize = 32;
+/// What the messages beyond [`WARNING_MESSAGES`] are counted under.
+const OTHER_WARNINGS: &str = "other warnings (too many distinct messages to keep each)";
 
 /// One window ready to send: one body holding every channel, or one body per channel.
 #[derive(Debug)]
 pub struct PreparedWindow {
     pub channels: usize,
     pub bodies: Vec<Bytes>,
+}
+
+/// A warning the platform attached to answers (`response.warning_messages`, and the queue's
+/// `error_messages`, as `embed` reports them), counted by window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowWarning {
+    pub message: String,
+    /// How many windows' answers carried it.
+    pub windows: usize,
+    /// The lowest of those windows, ascending, at most [`WARNING_INDICES`].
+    pub first: Vec<usize>,
+}
+
+impl WindowWarning {
+    fn count(&mut self, index: usize) {
+        self.windows += 1;
+        // Windows finish in any order; keep the lowest indices seen.
+        if let Err(at) = self.first.binary_search(&index) {
+            if at < WARNING_INDICES {
+                self.first.insert(at, index);
+                self.first.truncate(WARNING_INDICES);
+            }
+        }
+    }
+}
+
+/// The warnings of a batch: each distinct message once, within [`WARNING_MESSAGES`].
+#[derive(Debug, Default)]
+struct WarningTally(Vec<WindowWarning>);
+
+impl WarningTally {
+    /// Counts window `index` under each of its distinct warning `messages`.
+    fn note(&mut self, index: usize, messages: Vec<String>) {
+        let mut other = false;
+        for message in messages {
+            match self.0.iter().position(|w| w.message == message) {
+                Some(at) => self.0[at].count(index),
+                // The last place is kept for the messages beyond, counted together.
+                None if self.0.len() + 1 < WARNING_MESSAGES => self.add(message, index),
+                None => other = true,
+            }
+        }
+        if other {
+            match self.0.iter().position(|w| w.message == OTHER_WARNINGS) {
+                Some(at) => self.0[at].count(index),
+                None => self.add(OTHER_WARNINGS.into(), index),
+            }
+        }
+    }
+
+    fn add(&mut self, message: String, index: usize) {
+        let mut new = WindowWarning { message, windows: 0, first: Vec::new() };
+        new.count(index);
+        self.0.push(new);
+    }
+
+    /// The warnings in the order of the first window that had each.
+    fn into_sorted(self) -> Vec<WindowWarning> {
+        let mut warnings = self.0;
+        warnings.sort_by_key(|w| w.first.first().copied());
+        warnings
+    }
 }
 
 /// What a finished batch hands back.
@@ -57,6 +127,8 @@ pub struct BatchOutcome {
     pub not_sent: Vec<usize>,
     /// The first window whose error stopped the batch, if one did.
     pub stopped_by: Option<usize>,
+    /// Each distinct warning once, in the order of the first window that had it.
+    pub warnings: Vec<WindowWarning>,
 }
 
 pub struct Batch {
@@ -73,6 +145,7 @@ pub struct Batch {
     vectors: Mutex<Vec<f32>>,
     failures: Mutex<BTreeMap<usize, Error>>,
     not_sent: Mutex<Vec<usize>>,
+    warnings: Mutex<WarningTally>,
     /// Set once, by the first window to finish with an error that [`stops_the_batch`] (the
     /// outcome names the lowest such index).
     stopped_by: OnceLock<usize>,
@@ -101,6 +174,7 @@ impl Batch {
             vectors: Mutex::new(Vec::new()),
             failures: Mutex::new(BTreeMap::new()),
             not_sent: Mutex::new(Vec::new()),
+            warnings: Mutex::new(WarningTally::default()),
             stopped_by: OnceLock::new(),
             submitted: AtomicUsize::new(0),
             finished: AtomicUsize::new(0),
@@ -203,14 +277,26 @@ impl Batch {
         let mut rows: Vec<Vec<f32>> = Vec::with_capacity(answers.len());
         let mut failure = None;
         let mut unsent = false;
+        // A window's messages once each: a per-channel window's requests often all carry one.
+        let mut messages: Vec<String> = Vec::new();
         for answer in answers {
             match answer {
-                Some(Ok(data)) => rows.push(data),
+                Some(Ok((data, warnings))) => {
+                    rows.push(data);
+                    for warning in warnings {
+                        if !messages.contains(&warning) {
+                            messages.push(warning);
+                        }
+                    }
+                }
                 Some(Err(err)) => {
                     failure.get_or_insert(err);
                 }
                 None => unsent = true,
             }
+        }
+        if !messages.is_empty() {
+            self.warnings.lock().note(index, messages);
         }
         match failure {
             Some(err) => {
@@ -238,8 +324,9 @@ impl Batch {
         self.mark_finished();
     }
 
-    /// One request's answer, or `None` when the batch stopped before it was sent.
-    async fn request(&self, index: usize, body: Bytes, rows: usize) -> Option<Result<Vec<f32>, Error>> {
+    /// One request's answer (the vectors and the platform's warnings), or `None` when the batch
+    /// stopped before it was sent.
+    async fn request(&self, index: usize, body: Bytes, rows: usize) -> Option<Result<(Vec<f32>, Vec<String>), Error>> {
         let _permit = match self.permits.acquire().await {
             Ok(permit) => permit,
             Err(_) => return Some(Err(Error::Config("embed_many: the batch was closed".into()))),
@@ -254,7 +341,7 @@ impl Batch {
                 &call,
                 |response| async move {
                     let raw = transport.body(response).await?;
-                    parse_embeddings(&raw, Some(rows)).map(|(matrix, _, _)| matrix.data)
+                    parse_embeddings(&raw, Some(rows)).map(|(matrix, warnings, _)| (matrix.data, warnings))
                 },
                 Some(transport.pacer()),
             )
@@ -300,7 +387,8 @@ impl Batch {
         let failures: Vec<(usize, Error)> = std::mem::take(&mut *self.failures.lock()).into_iter().collect();
         let mut not_sent = std::mem::take(&mut *self.not_sent.lock());
         not_sent.sort_unstable();
-        BatchOutcome { windows: self.submitted(), channels, vectors, failures, not_sent, stopped_by }
+        let warnings = std::mem::take(&mut *self.warnings.lock()).into_sorted();
+        BatchOutcome { windows: self.submitted(), channels, vectors, failures, not_sent, stopped_by, warnings }
     }
 }
 
@@ -340,6 +428,24 @@ mod tests {
 
     fn api(status: u16, body: &str) -> Error {
         Error::Api(Box::new(ApiError::from_body(status, "POST", "http://127.0.0.1/v0.5/query", body.to_string(), None)))
+    }
+
+    #[test]
+    fn warnings_are_kept_once_per_message_with_a_count_and_the_lowest_windows() {
+        let mut tally = WarningTally::default();
+        let message = |i: usize| format!("window {i} was odd");
+        // Finished out of order; every window has the common message, and a message of its own.
+        for index in (0..100).rev() {
+            tally.note(index, vec!["common".into(), message(index)]);
+        }
+        let warnings = tally.into_sorted();
+        assert_eq!(warnings.len(), WARNING_MESSAGES, "bounded, whatever the number of windows");
+        let common = warnings.iter().find(|w| w.message == "common").expect("kept");
+        assert_eq!((common.windows, common.first.as_slice()), (100, &[0, 1, 2, 3, 4][..]));
+        let others = warnings.iter().find(|w| w.message == OTHER_WARNINGS).expect("counted together");
+        assert_eq!(others.windows, 100 - (WARNING_MESSAGES - 2));
+        // In the order of their first window.
+        assert!(warnings.windows(2).all(|pair| pair[0].first[0] <= pair[1].first[0]));
     }
 
     #[test]
