@@ -296,7 +296,11 @@ class Client(_BaseClient):
         The clients of one process share their connections (a new client to the same server
         finds them warm); a connection nobody uses is closed after 90 s. Blocking calls drive
         their connections from the calling thread, so theirs are closed when the process's next
-        blocking call starts, once idle that long.
+        blocking call starts, once idle that long. ``with sensorium.Client() as client:`` closes it
+        at the end of the block.
+
+        >>> client = sensorium.Client()  # doctest: +SKIP
+        >>> client.close()               # doctest: +SKIP
         """
         self._core = ClosedCore()
 
@@ -347,17 +351,29 @@ class AsyncClient(_BaseClient):
         max_retries: int | NotGiven = NOT_GIVEN,
         default_headers: Mapping[str, str] | NotGiven = NOT_GIVEN,
     ) -> AsyncClient:
-        """See :meth:`Client.with_options`."""
+        """See :meth:`Client.with_options`.
+
+        >>> fast = async_client.with_options(timeout=5, max_retries=0)  # doctest: +SKIP
+        """
         return self._copy(dict(timeout=timeout, connect_timeout=connect_timeout, read_timeout=read_timeout,
                                max_retries=max_retries, default_headers=default_headers))
 
     async def query(self, model: str, query: str = "", **params: Unpack[QueryParams]) -> QueryResult:
-        """See :meth:`Client.query`."""
+        """See :meth:`Client.query`.
+
+        >>> r = await async_client.query("Reasoner::c2_4_7b_251215a172f6d7", "Hello?")  # doctest: +SKIP
+        >>> r.text                                                                     # doctest: +SKIP
+        """
         result: QueryResult = await self._core.query(model, query, _query_fields(params), True)
         return result
 
     async def embed(self, model: str, data: Any, *, normalize_input: bool = False) -> Embeddings:
-        """See :meth:`Client.embed`."""
+        """See :meth:`Client.embed`.
+
+        >>> e = await async_client.embed("Encoder::encoder_embeddings_01", np.random.rand(3, 1024))  # doctest: +SKIP
+        >>> e.vectors.shape                                                                       # doctest: +SKIP
+        (3, 768)
+        """
         array, normalize = _embed_args(data, normalize_input)
         result: Embeddings = await self._core.embed(model, array, normalize, {}, True)
         return result
@@ -385,11 +401,18 @@ class AsyncClient(_BaseClient):
 
         The clients of one process share their connections (a new client to the same server
         finds them warm); a connection nobody uses is closed after 90 s.
+
+        >>> async with sensorium.AsyncClient() as client:  # doctest: +SKIP
+        ...     await client.query("Reasoner::c2_4_7b_251215a172f6d7", "Hello?")
         """
         self._core = ClosedCore()
 
     async def aclose(self) -> None:
-        """Same as :meth:`close`, for ``async with``."""
+        """Same as :meth:`close`, for ``async with`` (and code that closes every resource with
+        ``await x.aclose()``).
+
+        >>> await async_client.aclose()  # doctest: +SKIP
+        """
         self.close()
 
     async def __aenter__(self) -> AsyncClient:
