@@ -61,6 +61,19 @@ def test_an_encoder_answer_through_query_has_its_vectors(client):
     np.testing.assert_array_equal(again.vectors, result.vectors)
 
 
+def test_results_equal_their_pickled_copies_and_hash_alike(client):
+    """A pickled QueryResult or Embeddings never equalled its original (identity comparison)."""
+    import copy
+
+    window = np.random.default_rng(4).normal(size=(2, 64))
+    for result in (client.query(REASONER, "hi"), client.embed(ENCODER, window)):
+        for twin in (pickle.loads(pickle.dumps(result)), copy.copy(result), copy.deepcopy(result)):
+            assert twin == result and hash(twin) == hash(result) and len({twin, result}) == 1
+    first, second = client.query(REASONER, "hi"), client.query(REASONER, "hi")
+    assert first != second, "two calls' answers differ (their query_id)"
+    assert client.embed(ENCODER, window) != client.query(REASONER, "hi") and first != "hi"
+
+
 def test_sanitize_response_false_keeps_internal_fields(client):
     raw = client.query(REASONER, "hi", sanitize_response=False, query_metadata={"run": 1}).to_dict()
     assert "org_id" in raw and raw["query_metadata"] == {"run": 1}

@@ -12,6 +12,14 @@ use crate::client::Error;
 use crate::wire::query::QueryResponse;
 
 /// JSON text as Python objects, by the standard library's C parser.
+/// A result's hash, from the answer's bytes its equality compares.
+fn hash_of(raw: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    raw.hash(&mut hasher);
+    hasher.finish()
+}
+
 pub(crate) fn loads<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<Bound<'py, PyAny>> {
     py.import("json")?.getattr("loads")?.call1((PyBytes::new(py, raw),))
 }
@@ -69,6 +77,16 @@ impl QueryResult {
 
 #[pymethods]
 impl QueryResult {
+    /// Equal when the platform's answers are the same bytes: a pickled or copied result equals
+    /// its original (two calls' answers differ, if only by their `query_id`).
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other.cast::<QueryResult>().is_ok_and(|o| o.get().raw == self.raw)
+    }
+
+    fn __hash__(&self) -> u64 {
+        hash_of(&self.raw)
+    }
+
     /// The first output string ("" when the model returned none).
     #[getter]
     fn text(&self) -> &str {
@@ -154,6 +172,15 @@ impl<'py> IntoPyObject<'py> for EmbeddingsData {
 
 #[pymethods]
 impl Embeddings {
+    /// Equal when the platform's answers are the same bytes, as for `QueryResult`.
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other.cast::<Embeddings>().is_ok_and(|o| o.get().raw == self.raw)
+    }
+
+    fn __hash__(&self) -> u64 {
+        hash_of(&self.raw)
+    }
+
     /// (channels, dimension).
     #[getter]
     fn shape(&self, py: Python<'_>) -> (usize, usize) {
