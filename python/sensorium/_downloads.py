@@ -139,14 +139,12 @@ def download_listed(
     concurrency: Optional[int],
     on_progress: Optional[ProgressCallback],
     progress: bool,
-    argument: str,
 ) -> Operation[list[Path]]:
     """Every file ``listing`` names, into ``directory`` (created when missing); the paths in
     listing order; relative refs resolve against ``surface``'s base URL. When some files fail for
     good (a record with no ref or filename among them), the others are still written and the first
-    failure is raised, told the whole outcome (see ``_summary``). ``argument`` names the caller's id
-    argument (kept for the callers' sake: a listing's bad record is the server's data, never blamed
-    on it)."""
+    failure is raised, told the whole outcome (see ``_summary``); a listing's bad record is the
+    server's data, never blamed on the caller's arguments."""
     in_flight = concurrency_of(concurrency)
     flag(progress, "progress", optional=False)
     records: list[L] = yield CollectList(listing)

@@ -146,8 +146,8 @@ pub struct Batch {
     failures: Mutex<BTreeMap<usize, Error>>,
     not_sent: Mutex<Vec<usize>>,
     warnings: Mutex<WarningTally>,
-    /// Set once, by the first window to finish with an error that [`stops_the_batch`] (the
-    /// outcome names the lowest such index).
+    /// Set once, by the first request answered with an error that [`stops_the_batch`] (the
+    /// outcome names the lowest such window).
     stopped_by: OnceLock<usize>,
     submitted: AtomicUsize,
     finished: AtomicUsize,
@@ -299,10 +299,8 @@ impl Batch {
             self.warnings.lock().note(index, messages);
         }
         match failure {
+            // An error that stops the batch already set `stopped_by` in `request`.
             Some(err) => {
-                if stops_the_batch(&err) {
-                    let _ = self.stopped_by.set(index);
-                }
                 self.failures.lock().insert(index, err);
             }
             // Some of a per-channel window's requests may have been answered; without the
@@ -329,7 +327,11 @@ impl Batch {
     async fn request(&self, index: usize, body: Bytes, rows: usize) -> Option<Result<(Vec<f32>, Vec<String>), Error>> {
         let _permit = match self.permits.acquire().await {
             Ok(permit) => permit,
-            Err(_) => return Some(Err(Error::Config("embed_many: the batch was closed".into()))),
+            // Never closed today; were it, nothing more could be sent.
+            Err(_) => {
+                let _ = self.stopped_by.set(index);
+                return Some(Err(Error::Config("embed_many: the batch was closed".into())));
+            }
         };
         if self.stopped_by.get().is_some() {
             return None;

@@ -349,9 +349,11 @@ pub async fn download_call(
         }
         Err(e) => return Err(Error::io(&shown, e)),
     }
-    let swept = dir.clone();
-    // Best effort, and never the download's failure.
-    let _ = tokio::task::spawn_blocking(move || remove_dead_partials(&swept)).await;
+    if first_download_into(&dir) {
+        let swept = dir.clone();
+        // Best effort, and never the download's failure.
+        let _ = tokio::task::spawn_blocking(move || remove_dead_partials(&swept)).await;
+    }
     let stall = transport.config.timeouts.read;
     let written = transport
         .execute(&call, |response| {
@@ -531,6 +533,15 @@ fn still_linked(file: &std::fs::File) -> bool {
         let _ = file;
         true
     }
+}
+
+/// Whether this process downloads into `dir` for the first time. The folder is swept for dead
+/// partials then only: a batch of thousands of outputs into one folder would otherwise list the
+/// folder once per file. A download killed after that sweep leaves its partial to the next
+/// process's.
+fn first_download_into(dir: &Path) -> bool {
+    static SWEPT: parking_lot::Mutex<Option<std::collections::HashSet<PathBuf>>> = parking_lot::Mutex::new(None);
+    SWEPT.lock().get_or_insert_with(Default::default).insert(dir.to_path_buf())
 }
 
 /// Removes the temporary files of downloads that died without cleaning up (a SIGKILL, a power

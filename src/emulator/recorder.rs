@@ -124,11 +124,10 @@ fn redact_protocols(value: &str) -> String {
         .join(",")
 }
 
-/// `text` with every occurrence of any of `keys` replaced by `<redacted>`.
+/// `text` with every occurrence of any of `keys` replaced by `<redacted>` ([`redact_keys`] on
+/// its bytes; replacing whole UTF-8 keys in UTF-8 text leaves UTF-8).
 pub(crate) fn redact_keys_in_text(text: &str, keys: &[String]) -> String {
-    keys.iter()
-        .filter(|key| !key.is_empty())
-        .fold(text.to_string(), |text, key| if text.contains(key.as_str()) { text.replace(key.as_str(), REDACTED) } else { text })
+    String::from_utf8_lossy(&redact_keys(text.as_bytes(), keys)).into_owned()
 }
 
 /// `body` with every occurrence of any of `keys` replaced by `<redacted>` (bytes: a captured

@@ -546,8 +546,7 @@ class Instances(Resource):
         # a files path, under the API's base URL: on the version-less agents mount the agents
         # base has no `/v0.5` and the file is not there.
         return self._drive(download_listed(listing, folder(directory), surface="api",
-                                           concurrency=concurrency, on_progress=on_progress, progress=progress,
-                                           argument="agent_id"))
+                                           concurrency=concurrency, on_progress=on_progress, progress=progress))
 
 
 class Evals(Resource):

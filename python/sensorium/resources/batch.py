@@ -229,7 +229,7 @@ class Jobs(Resource):
         """
         listing = ListRequest(self._path(job_id, "/outputs"), BatchOutput.from_dict, cursor_param=CURSOR)
         return self._drive(download_listed(listing, folder(directory), surface="api", concurrency=concurrency,
-                                           on_progress=on_progress, progress=progress, argument="job_id"))
+                                           on_progress=on_progress, progress=progress))
 
     def progress(self, job_id: str) -> Any:
         """The job's progress entries (``{entries: [{kind, step, message}]}``).
