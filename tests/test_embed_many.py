@@ -441,12 +441,15 @@ class LocalEncoder:
     """An encoder on 127.0.0.1 written here, not the emulator: it answers 429 with ``Retry-After``
     in whole seconds (the HTTP delta-seconds form many servers send), either for the first
     ``refuse_first`` requests only (a transient 429) or from a token bucket of ``rate`` requests per
-    second with bursts of ``rate``. Each answer is held ``hold`` seconds. It records, per request,
-    the server's clock, the status, the attempt and how many requests were in flight."""
+    second with bursts of ``rate``. With ``exact_wait`` a refusal also says when the next token
+    comes, to the millisecond, in ``retry-after-ms``. Each answer is held ``hold`` seconds. It
+    records, per request, the server's clock, the status, the attempt and how many requests were
+    in flight."""
 
-    def __init__(self, *, rate=None, refuse_first=0, hold=0.0):
+    def __init__(self, *, rate=None, refuse_first=0, hold=0.0, exact_wait=False):
         import http.server
         import json
+        import math
         import time
 
         self.log, self.lock, self.in_flight = [], threading.Lock(), 0
@@ -471,6 +474,7 @@ class LocalEncoder:
                         tokens = min(rate, bucket[0] + (now - bucket[1]) * rate)
                         ok = tokens >= 1
                         bucket[:] = [tokens - 1 if ok else tokens, now]
+                        wait_ms = 0 if ok else math.ceil((1 - tokens) / rate * 1000)
                     encoder.in_flight += 1
                     encoder.log.append((now, 200 if ok else 429, attempt, encoder.in_flight))
                 try:
@@ -482,6 +486,8 @@ class LocalEncoder:
                         out = b'{"errors": [{"code": "rate_limit_exceeded", "message": "slow down"}]}'
                         self.send_response(429)
                         self.send_header("Retry-After", "1")
+                        if exact_wait and rate is not None:
+                            self.send_header("retry-after-ms", str(wait_ms))
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(out)))
                     self.end_headers()
@@ -684,6 +690,83 @@ def test_concurrent_batches_of_one_client_share_the_rate_limit(client_kind):
         assert all(np.isfinite(r).all() for r in results)
         sent = calls(emu, "/query")
         assert max(r.attempt for r in sent) <= 3 and sum(r.status == 200 for r in sent) == 120
+
+
+def _two_clients_at_once(client_kind, parts, **client_options):
+    """``embed_many`` of each part by its own client (its own pacer, as two scripts or two Dask
+    workers of one organization have), all at once: threads on ``Client``, tasks on
+    ``AsyncClient``."""
+    import concurrent.futures
+
+    import sensorium
+
+    if client_kind == "sync":
+        def run(windows):
+            with sensorium.Client(**client_options) as c:
+                return c.embed_many(ENCODER, windows)
+
+        with concurrent.futures.ThreadPoolExecutor(len(parts)) as pool:
+            return list(pool.map(run, parts))
+
+    async def main():
+        async def run(windows):
+            async with sensorium.AsyncClient(**client_options) as c:
+                return await c.embed_many(ENCODER, windows)
+
+        return await asyncio.gather(*(run(w) for w in parts))
+
+    return asyncio.run(main())
+
+
+def test_separate_clients_sharing_one_rate_limit_lose_no_window(client_kind):
+    # Two clients of one organization at once, each learning the limit on its own. One of them
+    # once took the whole budget while the other, its first estimate near zero (its burst met a
+    # bucket the first had drained), crawled at one request a second and met the first's
+    # overshoots with its few requests, burning their retries: a window was lost in most runs.
+    parts = [RNG.normal(size=(100, 1, 8)) for _ in range(2)]
+    with Emulator(rate_limit=20) as emu:
+        results = _two_clients_at_once(client_kind, parts, **options(emu))
+        sent = calls(emu, "/query")
+    assert all(r.shape == (100, 1, 768) and np.isfinite(r).all() for r in results)
+    assert sum(r.status == 200 for r in sent) == 200
+    # A request refused for its turn while the others were admitted is retried without spending
+    # the budget of 2 retries, but not for ever.
+    assert max(r.attempt for r in sent) <= 3 * 3
+    # Each batch opens with 8 in flight, adding one per answer, so few of its first attempts meet
+    # a drained bucket (it opened with 64: 128 refusals before either learnt anything); beyond
+    # them, a pacing that converges costs a few refusals per second of the run, not one per
+    # request (about 45 in all, measured).
+    assert sum(r.status == 429 for r in sent) <= 100
+
+
+def test_a_client_starting_as_another_ends_loses_no_window(client_kind):
+    # The second client's first requests meet the bucket the first drained, so its first
+    # estimate is next to nothing; it grows from there (the Rust tests time that growth), and
+    # its refusals while the server admits its other requests cost no window.
+    parts = [RNG.normal(size=(100, 1, 8)) for _ in range(2)]
+    with LocalEncoder(rate=20, exact_wait=True) as server:
+        results = [run_on(client_kind, lambda c, w=w: c.embed_many(ENCODER, w), **server.options()) for w in parts]
+        log = list(server.log)
+    assert all(r.shape == (100, 1, 768) and np.isfinite(r).all() for r in results)
+    assert sum(status == 200 for _, status, _, _ in log) == 200
+    assert max(attempt for _, _, attempt, _ in log) <= 3 * 3
+
+
+@pytest.mark.parametrize("max_retries", [2, 0])
+def test_refusals_while_nothing_is_admitted_spend_the_retry_budget(client_kind, max_retries):
+    # Retries for a request's turn are only for a server that goes on admitting the batch: one
+    # that refuses everything fails each window after max_retries retries, as any other failure.
+    from sensorium.errors import RateLimitError
+
+    with Emulator() as emu:
+        emu.inject("POST", "/query", 429, retry_after=0.01, times=None)
+        with pytest.raises(EmbedManyError) as info:
+            run_on(client_kind, lambda c: c.embed_many(ENCODER, RNG.normal(size=(3, 1, 8)), concurrency=1),
+                   **options(emu, max_retries=max_retries))
+        sent = calls(emu, "/query")
+    assert isinstance(info.value.__cause__, RateLimitError)
+    assert info.value.failed == [0, 1, 2]
+    assert sorted(r.attempt for r in sent) == sorted(list(range(1, max_retries + 2)) * 3)
 
 
 def _sensorium_warnings(caught):

@@ -255,7 +255,11 @@ class Client(_BaseClient):
         concurrently from the native core (``concurrency`` in flight, 64 by default), each
         retried by the client's retry rule; after a 429 the whole batch waits the
         ``Retry-After``, then sends at the rate the server admits (learnt from its answers and
-        shared by the client's concurrent ``embed_many`` calls). ``per_channel=True`` sends one
+        shared by the client's concurrent ``embed_many`` calls). A 429 while the batch's other
+        requests are admitted (another client of the organization took the turn) is retried
+        without spending ``max_retries``, up to 3 x (``max_retries`` + 1) attempts in all; while
+        the server admits nothing, ``max_retries`` bounds 429s as it bounds other failures.
+        ``per_channel=True`` sends one
         request per channel (for servers that refuse large multichannel bodies) and reassembles
         them. ``normalize_input`` is sent when given; with ``per_channel=True`` each channel is its
         own event, so ``normalize_input=True`` z-scores each channel alone rather than the window

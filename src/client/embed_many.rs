@@ -11,7 +11,7 @@
 //! windows not sent are reported as such. Cancelling the batch drops every request in flight.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -36,6 +36,12 @@ use super::transport::Transport;
 /// windows kept ready (2 x this many requests) cost about 20 kB each.
 pub const DEFAULT_CONCURRENCY: usize = 64;
 pub const MAX_CONCURRENCY: usize = 1024;
+/// Requests a batch sends before its first answer (TCP's slow start). A batch that opened with
+/// all 64 against a rate-limited server had 44 of them refused, each a first attempt gone, and
+/// with the limit shared by another client, every one of them: a refusal later in the batch then
+/// left some window a single attempt. Answers come back within milliseconds, so growing by one
+/// per answer reaches 64 in three round trips.
+const OPENING: usize = 8;
 /// Window indices a warning keeps to name (the lowest): enough to find an example, and the
 /// memory of a warning that every window of a long recording gets stays the same.
 const WARNING_INDICES: usize = 5;
@@ -135,9 +141,9 @@ pub struct Batch {
     transport: Transport,
     permits: Arc<Semaphore>,
     concurrency: usize,
-    /// Set while the batch sends one request alone before the others (see [`Batch::new`]);
-    /// cleared by its answer, which lets the rest of `concurrency` go.
-    probing: AtomicBool,
+    /// Permits made so far: the batch opens with a few requests in flight and adds one per
+    /// answer up to `concurrency` (see [`Batch::new`]).
+    granted: AtomicUsize,
     /// Windows submitted but not finished beyond which the caller waits (`room`); 0 until the
     /// first window says how many requests a window takes.
     capacity: AtomicUsize,
@@ -157,18 +163,20 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// `concurrency` requests in flight at most. With `probe_first`, the first request goes
+    /// `concurrency` requests in flight at most, reached from [`OPENING`] by one more per
+    /// answer. With `probe_first`, the first request goes
     /// alone and the others wait for its answer: for a model whose prefix does not say it is an
     /// encoder (a user's fine-tuned model, a family newer than this client), a reasoning model
     /// behind it answers text, and sending `concurrency` billed queries before the first answer
     /// says so would waste them. One round trip at the start costs a batch nothing it would notice.
     pub fn new(transport: Transport, concurrency: usize, probe_first: bool) -> Arc<Self> {
         let concurrency = concurrency.clamp(1, MAX_CONCURRENCY);
+        let opening = if probe_first { 1 } else { concurrency.min(OPENING) };
         Arc::new(Batch {
             transport,
-            permits: Arc::new(Semaphore::new(if probe_first { 1 } else { concurrency })),
+            permits: Arc::new(Semaphore::new(opening)),
             concurrency,
-            probing: AtomicBool::new(probe_first),
+            granted: AtomicUsize::new(opening),
             capacity: AtomicUsize::new(0),
             channels: Mutex::new(None),
             vectors: Mutex::new(Vec::new()),
@@ -355,8 +363,12 @@ impl Batch {
                 let _ = self.stopped_by.set(index);
             }
             _ => {
-                if self.probing.swap(false, Ordering::AcqRel) {
-                    self.permits.add_permits(self.concurrency - 1);
+                // One more in flight per answer: the requests in flight double each round trip.
+                let grown = self.granted.fetch_update(Ordering::AcqRel, Ordering::Acquire, |granted| {
+                    (granted < self.concurrency).then_some(granted + 1)
+                });
+                if grown.is_ok() {
+                    self.permits.add_permits(1);
                 }
             }
         }

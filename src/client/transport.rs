@@ -95,6 +95,10 @@ impl From<Error> for Failed {
     }
 }
 
+/// A paced request refused for its turn (see `Transport::execute_paced`) is retried without
+/// spending `max_retries`, up to this many times `max_retries + 1` attempts in all.
+const PACED_ATTEMPTS: u32 = 3;
+
 /// The least time an attempt gets under a call's deadline.
 pub const MIN_ATTEMPT: Duration = Duration::from_secs(1);
 
@@ -314,13 +318,18 @@ impl Transport {
     {
         let policy = &self.config.retry;
         let mut attempt: u32 = 0;
+        // Retries that spent the budget: all but the refusals for a paced request's turn.
+        let mut retries: u32 = 0;
+        // The pacer's successes when the previous attempt was sent (see `for_its_turn`).
+        let mut successes_before: Option<u64> = None;
         let mut lost_response = false;
         loop {
             attempt += 1;
             let ticket = match pacer {
-                Some(pacer) => Some(pacer.admit(attempt).await),
+                Some(pacer) => Some(pacer.admit(attempt, retries >= policy.max_retries).await),
                 None => None,
             };
+            let successes_at_send = pacer.map(Pacer::successes);
             log::debug!("{} {} attempt {}", call.method, shown(call), attempt);
             let (outcome, sent) = match self.attempt(call, attempt).await {
                 Ok(response) => (read(response).await, true),
@@ -339,13 +348,29 @@ impl Transport {
             lost_response |= lost;
             if let (Some(pacer), Some(ticket)) = (pacer, ticket) {
                 match &outcome {
-                    Ok(_) => pacer.succeeded(),
+                    Ok(_) => pacer.succeeded(ticket),
                     Err(Error::Api(api)) if api.status == 429 => {
                         pacer.rate_limited(ticket, std::time::Instant::now(), api.retry_after)
                     }
                     Err(_) => {}
                 }
             }
+            // A 429 while the server goes on admitting the batch's other requests refused this one
+            // for its turn, not for anything wrong with it or the server: several clients share
+            // one organization's limit, each learning only its share, and any request may meet
+            // the moment another drains the bucket. Such a refusal is retried without spending
+            // `max_retries` (which then bounds refusals while nothing is admitted, as it bounds
+            // every other failure), up to `PACED_ATTEMPTS` times the budget in all. A request
+            // refused three times in a run of thousands once failed its window, and a Dask job
+            // of two workers lost one on most runs.
+            let for_its_turn = pacer.is_some_and(|pacer| {
+                let since = successes_before.or(successes_at_send).unwrap_or(u64::MAX);
+                matches!(&outcome, Err(Error::Api(api)) if api.status == 429)
+                    && policy.max_retries > 0
+                    && attempt < PACED_ATTEMPTS * (policy.max_retries + 1)
+                    && pacer.successes() > since
+            });
+            successes_before = successes_at_send;
             match outcome {
                 Ok(value) => return Ok(value),
                 Err(err) if lost && !call.repeatable => {
@@ -359,7 +384,8 @@ impl Transport {
                     );
                     return Err(Error::NotRepeated { last: Box::new(err), method: call.method.to_string() });
                 }
-                Err(err) if err.is_retryable() && attempt <= policy.max_retries => {
+                Err(err) if err.is_retryable() && (for_its_turn || retries < policy.max_retries) => {
+                    retries += u32::from(!for_its_turn);
                     let delay = policy.delay(attempt, err.retry_after());
                     if call.deadline.is_some_and(|deadline| tokio::time::Instant::now() + delay >= deadline) {
                         log::debug!(
