@@ -19,6 +19,10 @@ Sections:
 3. Rate limit: a second emulator with ``--rate-limit L``; embed_many of K windows; the achieved
    rate (the first L requests ride the burst and are left out) and the emulator's record of 429s
    and attempts (no request may need more than the retry budget).
+4. Shared limit: 2 and 4 clients at once (``--shared-clients``), each its own ``Client`` (as
+   Dask workers or separate scripts of one organization have), each embedding ``--shared-windows``
+   windows against one emulator with ``--shared-limit`` requests/s: the windows lost, the 429s,
+   the highest attempt, and the wall time against the ideal (all requests at the limit).
 
 Nothing here asserts a time; the report is printed as markdown and the raw numbers are written to
 benchmarks/results/embed_many-<UTC time>.json.
@@ -234,6 +238,57 @@ def rate_limited(limit: float, count: int) -> dict[str, Any]:
         process.wait(timeout=10)
 
 
+def shared_limit(limit: float, clients: int, count: int) -> dict[str, Any]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sensorium.emulator", "--rate-limit", str(limit)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        settings = dict(process.stdout.readline().strip().split("=", 1) for _ in range(2))
+        base, key = settings["SENSORIUM_BASE_URL"], settings["SENSORIUM_API_KEY"]
+        windows = np.random.default_rng(3).normal(size=(count, 1, 8))
+        import warnings
+
+        import sensorium
+        from sensorium.errors import EmbedManyError
+
+        lost = [0] * clients
+
+        def run(n: int) -> None:
+            with sensorium.Client(key, base) as client, warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the platform's zero-padding notes
+                try:
+                    client.embed_many(ENCODER, windows)
+                except EmbedManyError as e:
+                    lost[n] = len(e.failed) + len(e.not_sent)
+
+        threads = [threading.Thread(target=run, args=(n,)) for n in range(clients)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        seconds = time.perf_counter() - start
+        origin = base.split("/v0.5")[0]
+        with urllib.request.urlopen(f"{origin}/_emulator/requests") as reply:
+            log = json.load(reply)
+        records = log if isinstance(log, list) else log.get("requests", log.get("data", []))
+        queries = [r for r in records if str(r.get("path", "")).endswith("/query")]
+        return {
+            "clients": clients,
+            "windows_each": count,
+            "limit_per_s": limit,
+            "seconds": seconds,
+            "ideal_seconds": (clients * count - limit) / limit,  # the first `limit` ride the burst
+            "windows_lost": sum(lost),
+            "responses_429": sum(1 for r in queries if r.get("status") == 429),
+            "max_attempt": max((int(r.get("attempt", 1)) for r in queries), default=0),
+        }
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -256,6 +311,11 @@ def report(results: dict[str, Any]) -> str:
     lines += ["", f"Rate limit {r['limit_per_s']:g}/s, {r['windows']} windows: {r['achieved_per_s_after_burst']:.1f}/s after "
               f"the burst ({r['ratio_to_limit']:.3f} of the limit), {r['responses_429']} answers 429, "
               f"highest attempt {r['max_attempt']}."]
+    lines += ["", "| clients sharing the limit | windows each | limit/s | s (ideal) | windows lost | 429s | highest attempt |",
+              "|---|---|---|---|---|---|---|"]
+    for row in results["shared_limit"]:
+        lines.append(f"| {row['clients']} | {row['windows_each']} | {row['limit_per_s']:g} | {row['seconds']:.1f} "
+                     f"({row['ideal_seconds']:.1f}) | {row['windows_lost']} | {row['responses_429']} | {row['max_attempt']} |")
     noise = results["machine_load"]
     lines += ["", f"Machine load (1-minute average) at start: {noise:.2f} on {results['cores']} cores."]
     return "\n".join(lines)
@@ -269,6 +329,9 @@ def main() -> None:
     parser.add_argument("--rate-limit", type=float, default=None, help="requests/s in section 3 (default 50)")
     parser.add_argument("--rate-windows", type=int, default=None, help="windows in section 3 (default 500)")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds in section 1, median shown (default 5)")
+    parser.add_argument("--shared-clients", default="2,4", help="clients sharing one limit in section 4 (default 2,4)")
+    parser.add_argument("--shared-limit", type=float, default=20.0, help="requests/s in section 4 (default 20)")
+    parser.add_argument("--shared-windows", type=int, default=None, help="windows per client in section 4 (default 100)")
     parser.add_argument("--sweep", default="", help="extra embed_many concurrency settings, e.g. 8,16,32,64")
     args = parser.parse_args()
     small = args.small
@@ -295,6 +358,9 @@ def main() -> None:
     finally:
         server.stop()
     results["rate_limit"] = rate_limited(limit, rate_count)
+    shared_count = args.shared_windows or (20 if small else 100)
+    results["shared_limit"] = [shared_limit(args.shared_limit, int(k), shared_count)
+                               for k in args.shared_clients.split(",") if k.strip()]
     results["total_seconds"] = time.time() - started
     measure.write_report(results, report(results), HERE / "results", "embed_many-", small)
 

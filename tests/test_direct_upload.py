@@ -333,3 +333,56 @@ def test_a_resume_whose_parts_and_the_sent_ones_do_not_make_the_file_is_refused(
         with pytest.raises(APIResponseValidationError):
             run_on(client_kind, lambda c: c.files.upload(path, method="direct", concurrency=1), **options)
         assert len(_puts(server)) == puts_before and _completes(server) == []
+
+
+def test_a_resume_in_parts_of_another_size_sends_the_file_afresh(client_kind: str, tmp_path: Path) -> None:
+    # The first run sent parts 1 and 2 of 250 bytes (bytes 0..500). A resume that lays the same
+    # upload out in parts of 500 says part 1 is sent, but the part 1 it holds is bytes 0..250: the
+    # file it would assemble never existed. It is discarded and the file sent whole instead.
+    import json as _json
+
+    from _fake_server import FakeServer, response
+    from _helpers import run_on
+
+    initiates: list[int] = []
+
+    def plan(upload_id: str, size: int, numbers: Any, **extra: Any) -> bytes:
+        base = server.base_url.rsplit("/v0.5", 1)[0]
+        parts = [{"part_number": n, "url": f"{base}/store/{upload_id}/{n}", "offset": (n - 1) * size,
+                  "length": size} for n in numbers]
+        return _json.dumps({"upload_id": upload_id, "num_parts": 1000 // size, "part_size": size,
+                            "total_bytes": 1000, "parts": parts, **extra}).encode()
+
+    def script(head: bytes) -> list[Any]:
+        method, target = head.split(b"\r\n", 1)[0].decode().split(" ")[:2]
+        if method == "PUT":
+            if target.endswith("/upl_1/3"):
+                return [response(400, b'{"errors": [{"code": "invalid_upload_parts", "message": "no"}]}')]
+            return [response(200, b"", {"ETag": '"e"'})]
+        if target.endswith("/initiate"):
+            initiates.append(1)
+            if len(initiates) == 1:
+                return [response(200, plan("upl_1", 250, [1, 2, 3, 4]))]
+            if len(initiates) == 2:
+                return [response(200, plan("upl_1", 500, [2], is_resume=True))]
+            return [response(200, plan("upl_2", 500, [1, 2]))]
+        if target.endswith("/complete"):
+            return [response(200, b'{"file_uid": "u", "file_name": "f.csv", "file_status": "Registered", '
+                                  b'"num_bytes": 1000}')]
+        return [response(200, b"{}")]
+
+    path = tmp_path / "f.csv"
+    path.write_bytes(b"x" * 1000)
+    with FakeServer(script) as server:
+        options = {"api_key": "k", "base_url": server.base_url, "max_retries": 0}
+        with pytest.raises(TransferError) as first:
+            run_on(client_kind, lambda c: c.files.upload(path, method="direct", concurrency=1), **options)
+        assert first.value.resumable
+        rec = run_on(client_kind, lambda c: c.files.upload(path, method="direct", concurrency=1), **options)
+        assert rec.file_id == "f.csv"
+        lines = [h.split(b"\r\n", 1)[0] for h in server.requests]
+        assert any(b"upl_1/abort" in line for line in lines), "the relaid upload is aborted"
+        assert [line.split(b" ")[1].rsplit(b"/", 2)[-2:] for line in lines if line.startswith(b"PUT ")][-2:] == [
+            [b"upl_2", b"1"], [b"upl_2", b"2"]
+        ], "the whole file is sent afresh"
+        assert len(_completes(server)) == 1

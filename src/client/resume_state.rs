@@ -66,6 +66,11 @@ pub struct ResumeRecord {
     pub upload_id: String,
     pub path: String,
     pub fingerprint: Fingerprint,
+    /// The part size the platform gave the upload when it started (`None`: it gave offsets
+    /// instead). A resume says which parts are still to send by number, and a number means its
+    /// bytes only under the layout the parts were sent with: under another, the parts "already
+    /// sent" are other bytes than those the file has there. Not defaulted, as `changed_ns`.
+    pub part_size: Option<u64>,
 }
 
 /// The record slot of one (service, file) pair.
@@ -138,7 +143,7 @@ mod tests {
         let state = ResumeState { file: Some(dir.path().join("uploads").join("x.json")) };
         assert!(state.load().is_none());
         let fp = Fingerprint::of(&std::fs::metadata(&data).unwrap());
-        let record = ResumeRecord { upload_id: "upl_1".into(), path: "a.bin".into(), fingerprint: fp.clone() };
+        let record = ResumeRecord { upload_id: "upl_1".into(), path: "a.bin".into(), fingerprint: fp.clone(), part_size: Some(8) };
         state.save(&record);
         assert_eq!(state.load(), Some(record));
         std::thread::sleep(std::time::Duration::from_millis(20));

@@ -163,9 +163,10 @@ pub async fn upload_direct(
     // The platform matches an unfinished upload by (organization, name, type, size) only, so its
     // parts may hold another file's bytes: one of another path, another machine, or an edited
     // copy. Only the upload this machine's record says it started from this very version of the
-    // file is resumed; any other the platform offers is discarded and the file sent afresh.
+    // file, in parts of the size it had then, is resumed; any other the platform offers is
+    // discarded and the file sent afresh.
     let ours = match state.load() {
-        Some(record) if opts.resume && record.fingerprint == fingerprint => Some(record.upload_id),
+        Some(record) if opts.resume && record.fingerprint == fingerprint => Some(record),
         Some(record) => {
             log::debug!("discarding unfinished upload {} of {}: the file changed", record.upload_id, path.display());
             discard(transport, &record.upload_id).await?;
@@ -182,8 +183,13 @@ pub async fn upload_direct(
     };
     let initiate = || async { transport.json::<InitiateResponse>(&post_json(transport, "/files/uploads/initiate", &request)?).await };
     let mut started = initiate().await?;
-    if started.is_resume == Some(true) && ours.as_deref() != Some(started.upload_id.as_str()) {
-        log::debug!("discarding unfinished upload {} of {file_id}: not started from this file here", started.upload_id);
+    let layout_kept = |ours: &ResumeRecord| ours.upload_id == started.upload_id && ours.part_size == started.part_size;
+    if started.is_resume == Some(true) && !ours.as_ref().is_some_and(layout_kept) {
+        let why = match &ours {
+            Some(ours) if ours.upload_id == started.upload_id => "its parts were sent in pieces of another size",
+            _ => "not started from this file here",
+        };
+        log::debug!("discarding unfinished upload {} of {file_id}: {why}", started.upload_id);
         discard(transport, &started.upload_id).await?;
         state.remove();
         started = initiate().await?;
@@ -229,6 +235,7 @@ async fn send_recorded(
         upload_id: started.upload_id.clone(),
         path: path.display().to_string(),
         fingerprint: fingerprint.clone(),
+        part_size: started.part_size,
     });
     let upload_id = started.upload_id.clone();
     let result = send_parts(transport, path, file_id, num_bytes, started, opts, progress, &fingerprint).await;
