@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -40,7 +41,7 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -203,26 +204,44 @@ def memory(server: servers.Server, count: int) -> dict[str, Any]:
 # Rate limit
 
 
-def rate_limited(limit: float, count: int) -> dict[str, Any]:
+@contextlib.contextmanager
+def limited_emulator(limit: float) -> Iterator[tuple[str, str]]:
+    """An emulator in its own process with a rate limit of `limit` requests/s: (base URL, key)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "sensorium.emulator", "--rate-limit", str(limit)], stdout=subprocess.PIPE, text=True
     )
     try:
         assert process.stdout is not None
         settings = dict(process.stdout.readline().strip().split("=", 1) for _ in range(2))
-        base, key = settings["SENSORIUM_BASE_URL"], settings["SENSORIUM_API_KEY"]
-        windows = np.random.default_rng(2).normal(size=(count, 1, 256))
-        import sensorium
+        yield settings["SENSORIUM_BASE_URL"], settings["SENSORIUM_API_KEY"]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
+
+def query_record(base: str) -> dict[str, int]:
+    """The emulator's record of the encoder requests: how many were answered 429, and the highest
+    attempt any request needed."""
+    origin = base.split("/v0.5")[0]
+    with urllib.request.urlopen(f"{origin}/_emulator/requests") as reply:
+        log = json.load(reply)
+    records = log if isinstance(log, list) else log.get("requests", log.get("data", []))
+    queries = [r for r in records if str(r.get("path", "")).endswith("/query")]
+    return {
+        "responses_429": sum(1 for r in queries if r.get("status") == 429),
+        "max_attempt": max((int(r.get("attempt", 1)) for r in queries), default=0),
+    }
+
+
+def rate_limited(limit: float, count: int) -> dict[str, Any]:
+    import sensorium
+
+    with limited_emulator(limit) as (base, key):
+        windows = np.random.default_rng(2).normal(size=(count, 1, 256))
         with sensorium.Client(key, base) as client:
             start = time.perf_counter()
             client.embed_many(ENCODER, windows)
             seconds = time.perf_counter() - start
-        origin = base.split("/v0.5")[0]
-        with urllib.request.urlopen(f"{origin}/_emulator/requests") as reply:
-            log = json.load(reply)
-        records = log if isinstance(log, list) else log.get("requests", log.get("data", []))
-        queries = [r for r in records if str(r.get("path", "")).endswith("/query")]
         steady = max(count - int(limit), 1)  # the burst of `limit` is admitted at once
         return {
             "limit_per_s": limit,
@@ -230,28 +249,18 @@ def rate_limited(limit: float, count: int) -> dict[str, Any]:
             "seconds": seconds,
             "achieved_per_s_after_burst": steady / seconds,
             "ratio_to_limit": steady / seconds / limit,
-            "responses_429": sum(1 for r in queries if r.get("status") == 429),
-            "max_attempt": max((int(r.get("attempt", 1)) for r in queries), default=0),
+            **query_record(base),
         }
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def shared_limit(limit: float, clients: int, count: int) -> dict[str, Any]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sensorium.emulator", "--rate-limit", str(limit)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert process.stdout is not None
-        settings = dict(process.stdout.readline().strip().split("=", 1) for _ in range(2))
-        base, key = settings["SENSORIUM_BASE_URL"], settings["SENSORIUM_API_KEY"]
+    import warnings
+
+    import sensorium
+    from sensorium.errors import EmbedManyError
+
+    with limited_emulator(limit) as (base, key):
         windows = np.random.default_rng(3).normal(size=(count, 1, 8))
-        import warnings
-
-        import sensorium
-        from sensorium.errors import EmbedManyError
-
         lost = [0] * clients
 
         def run(n: int) -> None:
@@ -268,25 +277,15 @@ def shared_limit(limit: float, clients: int, count: int) -> dict[str, Any]:
             t.start()
         for t in threads:
             t.join()
-        seconds = time.perf_counter() - start
-        origin = base.split("/v0.5")[0]
-        with urllib.request.urlopen(f"{origin}/_emulator/requests") as reply:
-            log = json.load(reply)
-        records = log if isinstance(log, list) else log.get("requests", log.get("data", []))
-        queries = [r for r in records if str(r.get("path", "")).endswith("/query")]
         return {
             "clients": clients,
             "windows_each": count,
             "limit_per_s": limit,
-            "seconds": seconds,
+            "seconds": time.perf_counter() - start,
             "ideal_seconds": (clients * count - limit) / limit,  # the first `limit` ride the burst
             "windows_lost": sum(lost),
-            "responses_429": sum(1 for r in queries if r.get("status") == 429),
-            "max_attempt": max((int(r.get("attempt", 1)) for r in queries), default=0),
+            **query_record(base),
         }
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -282,6 +282,21 @@ def test_a_good_plan_from_the_same_server_still_uploads(client_kind: str, tmp_pa
         assert rec.file_id == "f.csv" and len(_puts(server)) == 2
 
 
+def _interrupted_then_resumed(client_kind: str, server: Any, path: Path) -> Any:
+    """Uploads `path` to the fake platform `server` once, which it must stop as resumable, and
+    gives the function that uploads it again."""
+    from _helpers import run_on
+
+    def upload() -> Any:
+        return run_on(client_kind, lambda c: c.files.upload(path, method="direct", concurrency=1),
+                      api_key="k", base_url=server.base_url, max_retries=0)
+
+    with pytest.raises(TransferError) as first:
+        upload()
+    assert first.value.resumable
+    return upload
+
+
 @pytest.mark.parametrize("resumed", [
     # Part 2 claimed still to send, but at part 1's bytes: bytes 500..999 would never be sent.
     {"num_parts": 2, "part_size": 500, "total_bytes": 1000, "parts": [(2, 0, 500)]},
@@ -296,7 +311,6 @@ def test_a_resume_whose_parts_and_the_sent_ones_do_not_make_the_file_is_refused(
     import json as _json
 
     from _fake_server import FakeServer, response
-    from _helpers import run_on
     from sensorium.errors import APIResponseValidationError
 
     initiates: list[int] = []
@@ -325,13 +339,10 @@ def test_a_resume_whose_parts_and_the_sent_ones_do_not_make_the_file_is_refused(
     path = tmp_path / "f.csv"
     path.write_bytes(b"x" * 1000)
     with FakeServer(script) as server:
-        options = {"api_key": "k", "base_url": server.base_url, "max_retries": 0}
-        with pytest.raises(TransferError) as first:
-            run_on(client_kind, lambda c: c.files.upload(path, method="direct", concurrency=1), **options)
-        assert first.value.resumable
+        upload_again = _interrupted_then_resumed(client_kind, server, path)
         puts_before = len(_puts(server))
         with pytest.raises(APIResponseValidationError):
-            run_on(client_kind, lambda c: c.files.upload(path, method="direct", concurrency=1), **options)
+            upload_again()
         assert len(_puts(server)) == puts_before and _completes(server) == []
 
 
@@ -342,7 +353,6 @@ def test_a_resume_in_parts_of_another_size_sends_the_file_afresh(client_kind: st
     import json as _json
 
     from _fake_server import FakeServer, response
-    from _helpers import run_on
 
     initiates: list[int] = []
 
@@ -374,11 +384,8 @@ def test_a_resume_in_parts_of_another_size_sends_the_file_afresh(client_kind: st
     path = tmp_path / "f.csv"
     path.write_bytes(b"x" * 1000)
     with FakeServer(script) as server:
-        options = {"api_key": "k", "base_url": server.base_url, "max_retries": 0}
-        with pytest.raises(TransferError) as first:
-            run_on(client_kind, lambda c: c.files.upload(path, method="direct", concurrency=1), **options)
-        assert first.value.resumable
-        rec = run_on(client_kind, lambda c: c.files.upload(path, method="direct", concurrency=1), **options)
+        upload_again = _interrupted_then_resumed(client_kind, server, path)
+        rec = upload_again()
         assert rec.file_id == "f.csv"
         lines = [h.split(b"\r\n", 1)[0] for h in server.requests]
         assert any(b"upl_1/abort" in line for line in lines), "the relaid upload is aborted"
