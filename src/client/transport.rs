@@ -326,7 +326,10 @@ impl Transport {
         loop {
             attempt += 1;
             let ticket = match pacer {
-                Some(pacer) => Some(pacer.admit(attempt, retries >= policy.max_retries).await),
+                // A retry with none after it waits for a better moment (see `Pacer::admit`). Not a
+                // first attempt: under `max_retries=0` every request's one attempt is its last,
+                // and all would wait the longest for an answer none of them was sending.
+                Some(pacer) => Some(pacer.admit(attempt, attempt > 1 && retries >= policy.max_retries).await),
                 None => None,
             };
             let successes_at_send = pacer.map(Pacer::successes);
