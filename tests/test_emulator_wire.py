@@ -795,6 +795,23 @@ def test_the_key_is_redacted_wherever_a_request_carries_it(emu: Emulator) -> Non
         assert key not in repr(log) and key.encode() not in raw
 
 
+def test_a_key_sent_percent_encoded_is_redacted_too() -> None:
+    # A key of the user's choosing may hold characters a URL must encode: its encoded form is
+    # what the request line carries, and the log must not keep that either.
+    from urllib.parse import quote
+
+    key = "sk-test/a+b=c"
+    with Emulator(api_key=key) as emu:
+        request(emu, "GET", f"/models?api_key={quote(key, safe='')}&scope=all", key=None)
+        request(emu, "GET", f"/files/{quote(key, safe='')}", key=key)
+        log = emu.requests
+        raw = request(emu, "GET", "/_emulator/requests", key=None).raw
+    assert log[0].query == "api_key=<redacted>&scope=all"
+    assert log[1].path.endswith("/files/<redacted>")
+    for shown in (quote(key, safe=""), key):
+        assert shown not in repr(log) and shown.encode() not in raw
+
+
 def test_controls_after_stop_say_the_emulator_is_stopped() -> None:
     emu = Emulator()
     emu.stop()

@@ -130,6 +130,29 @@ pub(crate) fn redact_keys_in_text(text: &str, keys: &[String]) -> String {
     String::from_utf8_lossy(&redact_keys(text.as_bytes(), keys)).into_owned()
 }
 
+/// A URL's path or query string with `keys` redacted whether sent as they are or
+/// percent-encoded (a key with a `/` or `+` in it goes as `%2F`, `%2B`): each `&`-separated
+/// part of the query (the path as one part) that holds a key only once decoded is kept decoded,
+/// with the key replaced; the others are kept as sent. `form` reads `+` as a space, as query
+/// strings have it.
+pub(crate) fn redact_keys_in_url_part(text: &str, keys: &[String], form: bool) -> String {
+    let redact = |part: &str| {
+        let plain = redact_keys_in_text(part, keys);
+        if plain != part || !part.contains(['%', '+']) {
+            return plain;
+        }
+        let spaced = if form { part.replace('+', " ") } else { part.to_string() };
+        let decoded = percent_encoding::percent_decode_str(&spaced).decode_utf8_lossy().into_owned();
+        let redacted = redact_keys_in_text(&decoded, keys);
+        if redacted != decoded { redacted } else { plain }
+    };
+    if form {
+        text.split('&').map(redact).collect::<Vec<_>>().join("&")
+    } else {
+        redact(text)
+    }
+}
+
 /// `body` with every occurrence of any of `keys` replaced by `<redacted>` (bytes: a captured
 /// body need not be UTF-8).
 pub(crate) fn redact_keys(body: &[u8], keys: &[String]) -> Bytes {
@@ -228,6 +251,11 @@ mod tests {
         let keys = vec!["sk-a".to_string(), "sk-bb".to_string(), String::new()];
         assert_eq!(redact_keys_in_text("api_key=sk-a&x=sk-bb&y=sk-a", &keys), "api_key=<redacted>&x=<redacted>&y=<redacted>");
         assert_eq!(redact_keys_in_text("nothing here", &keys), "nothing here");
+        let odd = vec!["sk/a+b c".to_string()];
+        assert_eq!(redact_keys_in_url_part("x=1&api_key=sk%2Fa%2Bb+c&y=%2F", &odd, true), "x=1&api_key=<redacted>&y=%2F");
+        assert_eq!(redact_keys_in_url_part("api_key=sk%2fa%2bb%20c", &odd, true), "api_key=<redacted>");
+        assert_eq!(redact_keys_in_url_part("/v0.5/files/sk%2Fa%2Bb%20c", &odd, false), "/v0.5/files/<redacted>");
+        assert_eq!(redact_keys_in_url_part("/v0.5/files/a%20b", &odd, false), "/v0.5/files/a%20b");
         assert_eq!(&redact_keys(b"{\"q\": \"sk-bbsk-a\xff\"}", &keys)[..], b"{\"q\": \"<redacted><redacted>\xff\"}");
     }
 

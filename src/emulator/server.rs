@@ -27,7 +27,10 @@ use tower::ServiceExt;
 
 use super::auth;
 use super::faults::FaultAction;
-use super::recorder::{attempt_from_header, redact_header, redact_keys, redact_keys_in_text, RecordedRequest, BODY_CAPTURE_LIMIT};
+use super::recorder::{
+    attempt_from_header, redact_header, redact_keys, redact_keys_in_text, redact_keys_in_url_part, RecordedRequest,
+    BODY_CAPTURE_LIMIT,
+};
 use super::state::Shared;
 
 /// Marks every answer as the emulator's, so it is never mistaken for the hosted service.
@@ -234,7 +237,7 @@ async fn handle(
     // Wherever a client puts a key (an `X-Api-Key` header, `?api_key=`, a body), the log keeps
     // `<redacted>` instead: tests print these records, and CI keeps what tests print.
     let keys = shared.issued_keys();
-    let query = redact_keys_in_text(req.uri().query().unwrap_or(""), &keys);
+    let query = redact_keys_in_url_part(req.uri().query().unwrap_or(""), &keys, true);
     let headers: Vec<(String, String)> = req
         .headers()
         .iter()
@@ -243,7 +246,7 @@ async fn handle(
             (name.as_str().to_string(), redact_keys_in_text(&redact_header(name.as_str(), &value), &keys))
         })
         .collect();
-    let recorded_path = redact_keys_in_text(&path, &keys);
+    let recorded_path = redact_keys_in_url_part(&path, &keys, false);
     let attempt = attempt_from_header(
         req.headers().get("x-sensorium-retry-count").and_then(|v| v.to_str().ok()),
     );
