@@ -12,16 +12,16 @@ use crate::client::Error;
 use crate::wire::query::QueryResponse;
 
 /// JSON text as Python objects, by the standard library's C parser.
+pub(crate) fn loads<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+    py.import("json")?.getattr("loads")?.call1((PyBytes::new(py, raw),))
+}
+
 /// A result's hash, from the answer's bytes its equality compares.
 fn hash_of(raw: &[u8]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     raw.hash(&mut hasher);
     hasher.finish()
-}
-
-pub(crate) fn loads<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-    py.import("json")?.getattr("loads")?.call1((PyBytes::new(py, raw),))
 }
 
 /// The result of `client.query(...)`.

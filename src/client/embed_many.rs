@@ -164,11 +164,11 @@ pub struct Batch {
 
 impl Batch {
     /// `concurrency` requests in flight at most, reached from [`OPENING`] by one more per
-    /// answer. With `probe_first`, the first request goes
-    /// alone and the others wait for its answer: for a model whose prefix does not say it is an
-    /// encoder (a user's fine-tuned model, a family newer than this client), a reasoning model
-    /// behind it answers text, and sending `concurrency` billed queries before the first answer
-    /// says so would waste them. One round trip at the start costs a batch nothing it would notice.
+    /// answer. With `probe_first`, the first request goes alone and the others wait for its
+    /// answer: for a model whose prefix does not say it is an encoder (a user's fine-tuned model,
+    /// a family newer than this client), a reasoning model behind it answers text, and sending
+    /// `concurrency` billed queries before the first answer says so would waste them. One round
+    /// trip at the start costs a batch nothing it would notice.
     pub fn new(transport: Transport, concurrency: usize, probe_first: bool) -> Arc<Self> {
         let concurrency = concurrency.clamp(1, MAX_CONCURRENCY);
         let opening = if probe_first { 1 } else { concurrency.min(OPENING) };

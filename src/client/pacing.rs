@@ -40,9 +40,9 @@
 //!   estimates one request a second. So the rate grows from the estimate by slow start, and the
 //!   probe past a ceiling grows it by a share of itself per second, whatever its scale (it once
 //!   grew by 2 % per success, which at one a second took a minute to reach a limit of 20, so
-//!   such a client crawled), and the pacing never stops while
-//!   requests queue for their slots (unpacing let the whole queue go at once into the bucket the
-//!   other client kept empty, costing each of them an attempt, and a third fails the window).
+//!   such a client crawled), and the pacing never stops while requests queue for their slots
+//!   (unpacing let the whole queue go at once into the bucket the other client kept empty,
+//!   costing each of them an attempt).
 //! - A retry never queues behind first attempts, nor a third attempt behind second ones: the
 //!   open slot goes to the waiting request refused most often, so a request refused once is not
 //!   the one that meets the next probe. A request's last attempt (one more refusal fails its

@@ -332,7 +332,7 @@ impl Transport {
                 Some(pacer) => Some(pacer.admit(attempt, attempt > 1 && retries >= policy.max_retries).await),
                 None => None,
             };
-            let successes_at_send = pacer.map(Pacer::successes);
+            let successes_at_send = pacer.map_or(0, Pacer::successes);
             log::debug!("{} {} attempt {}", call.method, shown(call), attempt);
             let (outcome, sent) = match self.attempt(call, attempt).await {
                 Ok(response) => (read(response).await, true),
@@ -364,16 +364,16 @@ impl Transport {
             // the moment another drains the bucket. Such a refusal is retried without spending
             // `max_retries` (which then bounds refusals while nothing is admitted, as it bounds
             // every other failure), up to `PACED_ATTEMPTS` times the budget in all. A request
-            // refused three times in a run of thousands once failed its window, and a Dask job
-            // of two workers lost one on most runs.
+            // refused three times in a run of thousands once failed its window, and two clients
+            // sharing a limit lost windows on most runs.
             let for_its_turn = pacer.is_some_and(|pacer| {
-                let since = successes_before.or(successes_at_send).unwrap_or(u64::MAX);
+                let since = successes_before.unwrap_or(successes_at_send);
                 matches!(&outcome, Err(Error::Api(api)) if api.status == 429)
                     && policy.max_retries > 0
                     && attempt < PACED_ATTEMPTS * (policy.max_retries + 1)
                     && pacer.successes() > since
             });
-            successes_before = successes_at_send;
+            successes_before = Some(successes_at_send);
             match outcome {
                 Ok(value) => return Ok(value),
                 Err(err) if lost && !call.repeatable => {
