@@ -184,6 +184,22 @@ def test_records_keep_unknown_fields_and_the_json_as_received(call):
     assert agent.to_dict() == AGENT
 
 
+def test_a_record_changed_with_dataclasses_replace_says_its_own_values():
+    import dataclasses
+
+    from sensorium.types import Bundle
+
+    agent = Agent.from_dict(AGENT)
+    changed = dataclasses.replace(agent, status="completed", name="renamed")
+    assert changed.to_dict()["status"] == "completed" and changed.to_dict()["name"] == "renamed"
+    assert changed.to_dict()["brand_new_field"] == 7  # unknown fields are kept
+    assert agent.to_dict() == AGENT  # the original still says what was received
+    # Nested records, alone or in a list, come out as JSON.
+    bundle = Bundle.from_dict({"id": "bnd_1", "latest_runs": [{"id": "job_1", "status": "RUNNING"}]})
+    again = dataclasses.replace(bundle, name="x")
+    assert json.loads(json.dumps(again.to_dict()))["latest_runs"] == [{"id": "job_1", "status": "RUNNING"}]
+
+
 # wait() and cancel() semantics
 
 

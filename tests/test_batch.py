@@ -119,6 +119,44 @@ def test_activity_detection_answers_every_record(run, batch_emu, tmp_path):
 
 
 @pytest.mark.parametrize("style", ["cursor", "offset"])
+def test_a_job_created_while_the_list_is_walked_gives_no_job_twice(style, client_kind):
+    """Offset style: the new job pushes every job one place down, so the one at a page boundary
+    comes again on the next page; the walk leaves it out."""
+    with Emulator(page_size=2, list_style=style) as emu:
+        with emu.client() as admin:
+            admin.files.upload_base64("a.csv", recording(4, busy=False))
+            create = lambda name: admin.batch.jobs.create(name, pipeline_key=MACHINE_STATE,  # noqa: E731
+                                                          inputs={"worker.inference": ["a.csv"]})
+            before = [create(f"j{i}").id for i in range(6)]
+
+            def walk(c: Any) -> Any:
+                if isinstance(c, sensorium.Client):
+                    seen = []
+                    for k, job in enumerate(c.batch.jobs.list()):
+                        seen.append(job.id)
+                        if k == 1:
+                            create("late")
+                    return seen
+
+                async def walk_async() -> list[str]:
+                    seen = []
+                    async for job in c.batch.jobs.list():
+                        seen.append(job.id)
+                        if len(seen) == 2:
+                            create("late 2")
+                    return seen
+
+                return walk_async()
+
+            seen = run_on(client_kind, walk, api_key=emu.api_key, base_url=emu.base_url)
+            assert len(seen) == len(set(seen)), seen
+            assert set(before) <= set(seen)
+            # Walking the same pager again gives every job again (the ids seen are per walk).
+            pager = admin.batch.jobs.list()
+            assert len(list(pager)) == len(list(pager)) == 7
+
+
+@pytest.mark.parametrize("style", ["cursor", "offset"])
 def test_both_list_styles_across_pages(style, client_kind):
     with Emulator(page_size=2, list_style=style, work_duration=0.1) as emu:
         with emu.client() as c:

@@ -13,12 +13,15 @@ import textwrap
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
 
+import sensorium
 from _helpers import ENCODER, REASONER, calls, run_on
 from sensorium import events
+from sensorium.testing import Emulator
 
 
 @pytest.mark.timeout(60)
@@ -509,3 +512,108 @@ def test_two_threads_creating_clients_while_debug_logging_do_not_deadlock():
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["2", "True"], done.stderr
+
+
+# Defect: closing a client while another thread or task was inside a create call turned the
+# platform's answer into ClientClosedError, though the bundle had been created: a caller who
+# then tried again made a duplicate.
+
+@pytest.mark.parametrize("client_kind", ["sync", "async"])
+def test_a_call_answered_after_its_client_was_closed_returns_what_it_made(client_kind):
+    import json
+
+    from _fake_server import FakeServer, response
+
+    arrived, closed = threading.Event(), threading.Event()
+    bundle = {"id": "bnd_1", "name": "line 3", "status": "ready"}
+
+    def script(head: bytes) -> list[Any]:
+        arrived.set()
+        closed.wait(10)  # the answer comes only once the client is closed
+        return [response(200, json.dumps(bundle).encode())]
+
+    with FakeServer(script) as server:
+        options = {"api_key": "k", "base_url": server.base_url, "max_retries": 0}
+        if client_kind == "sync":
+            client = sensorium.Client(**options)
+            outcome: dict[str, Any] = {}
+
+            def create() -> None:
+                try:
+                    outcome["bundle"] = client.agents.bundles.create("osm", name="line 3")
+                except Exception as e:  # noqa: BLE001 - the assertion shows it
+                    outcome["bundle"] = e
+
+            worker = threading.Thread(target=create)
+            worker.start()
+            assert arrived.wait(10)
+            client.close()
+            closed.set()
+            worker.join()
+            made = outcome["bundle"]
+        else:
+
+            async def main() -> Any:
+                aclient = sensorium.AsyncClient(**options)
+                task = asyncio.create_task(aclient.agents.bundles.create("osm", name="line 3"))
+                while not arrived.is_set():
+                    await asyncio.sleep(0.01)
+                await aclient.aclose()
+                closed.set()
+                return await task
+
+            made = asyncio.run(main())
+    assert getattr(made, "id", made) == "bnd_1"
+
+
+# Defect: a wait(progress=True) ended by a Ctrl-C or a cancelled task left its bar open for as
+# long as the traceback or the task was referenced (a notebook keeps the last traceback).
+
+def test_a_wait_ended_by_ctrl_c_or_cancellation_closes_its_bar(monkeypatch):
+    import types
+
+    bars: list[Any] = []
+
+    class FakeBar:
+        def __init__(self, **kwargs: Any) -> None:
+            self.closed = False
+            bars.append(self)
+
+        def set_postfix_str(self, text: str) -> None:
+            pass
+
+        def close(self) -> None:
+            self.closed = True
+
+    fake = types.ModuleType("tqdm.auto")
+    fake.tqdm = FakeBar  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
+    monkeypatch.setitem(sys.modules, "tqdm.auto", fake)
+    with Emulator(work_duration=30) as emu, emu.client() as client:
+        client.files.upload_base64("in.csv", b"time,a\n" + b"".join(b"%d,%d\n" % (i, i % 7) for i in range(50)))
+        run = client.agents.bundles.run(client.agents.bundles.create("osm", name="x").id, "in.csv")
+
+        def interrupt(*_: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        try:
+            with pytest.raises(KeyboardInterrupt) as info:
+                client.agents.instances.wait(run.id, progress=True)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        assert info.value is not None  # the traceback is still held, as a notebook holds it
+        assert len(bars) == 1 and bars[0].closed
+
+        async def main() -> None:
+            async with emu.async_client() as aclient:
+                task = asyncio.create_task(aclient.agents.instances.wait(run.id, progress=True))
+                while len(bars) < 2:
+                    await asyncio.sleep(0.01)
+                task.cancel()
+                await asyncio.wait({task})
+                assert bars[1].closed  # while the task object is still referenced
+
+        asyncio.run(main())

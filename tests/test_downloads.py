@@ -104,6 +104,32 @@ def test_server_names_stay_in_the_folder_and_never_overwrite_each_other(call, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["escape.csv", "same.csv", "same__out_c.csv"]
 
 
+def test_windows_style_server_names_stay_in_the_folder_on_every_system(call, tmp_path):
+    outputs = [("out_a", "..\\..\\Windows\\evil.dll"), ("out_b", "C:\\Users\\Public\\drive.csv"), ("out_c", "sub\\x.csv")]
+    with Storage(outputs) as storage:
+        paths = call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path))
+    assert [p.name for p in paths] == ["evil.dll", "drive.csv", "x.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["drive.csv", "evil.dll", "x.csv"]
+
+
+@pytest.mark.parametrize(
+    "server_name, on_windows",
+    [
+        ("aux.csv", "_aux.csv"),  # a device name: opening it opens the device
+        ("pred:stream.csv", "pred_stream.csv"),  # an alternate data stream
+        ("C:drive-relative.csv", "C_drive-relative.csv"),  # a drive, relative to its current folder
+        ('a<b>c"d|e?f*.csv', "a_b_c_d_e_f_.csv"),
+        ("trailing. ", "trailing"),  # Windows drops trailing dots and spaces
+        ("ok.csv", "ok.csv"),
+    ],
+)
+def test_names_windows_cannot_hold_are_made_safe_there(server_name, on_windows):
+    from sensorium._downloads import _local_name
+
+    assert _local_name(server_name, windows=True) == on_windows
+    assert _local_name(server_name, windows=False) == server_name
+
+
 def test_a_file_that_fails_for_good_costs_the_others_nothing(call, tmp_path):
     outputs = [(f"out_{i}", f"part_{i}.csv") for i in range(6)]
     with Storage(outputs, expire={"part_2.csv"}, broken={"part_4.csv"}) as storage:
@@ -137,6 +163,30 @@ def test_a_storage_download_cut_off_names_its_url_without_the_signature(client_k
             run_on(client_kind, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path),
                    api_key="k", base_url=server.base_url, max_retries=0)
     assert "/store/a.csv" in str(info.value) and "sig=" not in str(info.value), str(info.value)
+
+
+def test_a_body_without_a_length_that_stops_short_of_the_listed_size_is_not_kept(client_kind, tmp_path):
+    """A body the server ends by closing the connection has no length to check: only the size
+    the listing gave shows it was cut."""
+    from sensorium.errors import APIConnectionError
+
+    def script(head: bytes) -> list[Any]:
+        if head.startswith(b"GET /store/"):
+            return [b"HTTP/1.0 200 OK\r\nContent-Type: text/csv\r\n\r\n" + b"x" * 400]
+        ref = server.base_url.rsplit("/v0.5", 1)[0] + "/store/a.csv"
+        listing = {"data": [{"id": "o1", "data": {"ref": ref, "filename": "a.csv", "num_bytes": size}}], "has_more": False}
+        return [response(200, json.dumps(listing).encode())]
+
+    size = 1000
+    with FakeServer(script) as server:
+        with pytest.raises(APIConnectionError, match="after 400 bytes, without a length, where the listing gave 1000"):
+            run_on(client_kind, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path),
+                   api_key="k", base_url=server.base_url, max_retries=0)
+        assert list(tmp_path.iterdir()) == []
+        size = 400  # the whole file, as listed
+        paths = run_on(client_kind, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path),
+                       api_key="k", base_url=server.base_url, max_retries=0)
+    assert [p.read_bytes() for p in paths] == [b"x" * 400]
 
 
 def test_a_url_that_stays_refused_raises_after_one_fresh_listing(call, tmp_path):

@@ -82,6 +82,49 @@ def test_dataframe_is_time_by_channels(emu, client):
     np.testing.assert_array_equal(result.vectors, client.embed(ENCODER, WINDOW).vectors)
 
 
+class _SensorFrame(pd.DataFrame):
+    """A user's own DataFrame class (as pandera's typed frames and GeoDataFrame are)."""
+
+    @property
+    def _constructor(self):  # type: ignore[override]
+        return _SensorFrame
+
+
+def test_a_dataframe_subclass_is_time_by_channels_too(emu, client):
+    frame = _SensorFrame(WINDOW.T, columns=["ax", "ay", "az"])
+    result = client.embed(ENCODER, frame)
+    assert result.vectors.shape == (3, 768)
+    assert body_json(calls(emu, "/query")[-1])["events"][0]["event_data"]["contents"] == WINDOW.tolist()
+
+
+def test_a_table_of_another_library_is_refused_not_read_the_wrong_way_round(emu, client):
+    class Table:  # polars, modin, dask, cuDF frames: columns, and an __array__ of (rows, columns)
+        columns = ["ax", "ay", "az"]
+
+        def __array__(self, dtype=None, copy=None):
+            return WINDOW.T
+
+    before = len(calls(emu, "/query"))
+    with pytest.raises(InvalidArgumentError, match=r"data: is a .*Table, a table .*to_pandas\(\)") as info:
+        client.embed(ENCODER, Table())
+    assert info.value.argument == "data"
+    assert len(calls(emu, "/query")) == before
+
+
+def test_masked_values_are_refused_not_sent_as_readings(emu, client):
+    window = np.ma.masked_array(WINDOW, mask=np.zeros(WINDOW.shape, dtype=bool))
+    np.testing.assert_array_equal(client.embed(ENCODER, window).vectors, client.embed(ENCODER, WINDOW).vectors)
+    window[1, 5] = np.ma.masked
+    before = len(calls(emu, "/query"))
+    with pytest.raises(InvalidArgumentError, match=r"1 masked value.*index \(1, 5\).*filled") as info:
+        client.embed(ENCODER, window)
+    assert info.value.argument == "data"
+    with pytest.raises(InvalidArgumentError, match=r"index \(5,\)") as info:
+        client.embed(ENCODER, [WINDOW[0], window[1]])
+    assert info.value.argument == "data[1]"
+    assert len(calls(emu, "/query")) == before
+
+
 def test_pandas_series_is_one_channel(client):
     series = pd.Series(WINDOW[1])
     np.testing.assert_array_equal(client.embed(ENCODER, series).vectors, client.embed(ENCODER, WINDOW[1:2]).vectors)

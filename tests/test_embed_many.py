@@ -255,6 +255,7 @@ def test_empty_input(emu, client_kind):
         (np.zeros((2, 2, 2), dtype=complex), {}, "windows"),
         ("abc", {}, "windows"),
         (42, {}, "windows"),
+        (np.ma.masked_array(WINDOWS, mask=np.arange(WINDOWS.size).reshape(WINDOWS.shape) == 7), {}, "windows"),
         (WINDOWS, {"per_channel": "yes"}, "per_channel"),
         (WINDOWS, {"normalize_input": "no"}, "normalize_input"),
         (WINDOWS, {"concurrency": 0}, "concurrency"),

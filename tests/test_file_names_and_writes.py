@@ -68,6 +68,23 @@ def test_upload_refuses_a_file_whose_name_has_control_characters(emu, client_kin
     assert emu.requests == []
 
 
+# Defect: a name with whitespace at either end was stored trimmed (the simple upload renamed the
+# file without a word; the direct upload sent the bytes, then failed on the name it got back).
+
+@pytest.mark.parametrize("method", ["auto", "simple", "direct"])
+@pytest.mark.parametrize("name", [" lead.txt", "trail.jsonl ", "\tlead.csv"])
+def test_upload_refuses_a_name_with_whitespace_at_either_end(emu, client_kind, tmp_path, name, method):
+    path = tmp_path / name
+    path.write_bytes(b"x,y\n")
+    with pytest.raises(InvalidArgumentError, match="whitespace") as info:
+        run_on(client_kind, lambda c: c.files.upload(path, method=method), **opts(emu))
+    assert info.value.argument == "path"
+    with pytest.raises(InvalidArgumentError, match="whitespace") as info:
+        run_on(client_kind, lambda c: c.files.upload_base64(name, b"x"), **opts(emu))
+    assert info.value.argument == "name"
+    assert emu.requests == []
+
+
 # Defect: a data of the wrong type was an InvalidArgumentError, not the house's TypeError.
 
 @pytest.mark.parametrize("data", [None, [1, 2], 12345, 1.5, {"a": 1}])

@@ -323,6 +323,15 @@ def test_download_to_a_relative_path(client, tmp_path, monkeypatch):
     assert sorted(p.name for p in work.iterdir()) == ["copy.txt"]
 
 
+def test_download_to_an_empty_path_is_refused_as_download_outputs_refuses_it(emu, client, tmp_path, monkeypatch):
+    client.files.upload_base64("hello.txt", b"hi")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidArgumentError, match="path: is empty") as info:
+        client.files.download("hello.txt", "")
+    assert info.value.argument == "path"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_download_into_a_missing_folder_given_with_a_slash(emu, client, tmp_path):
     client.files.upload(make(tmp_path, "a.txt", "x"))
     missing = str(tmp_path / "not-yet") + os.sep

@@ -51,6 +51,25 @@ def test_dataframe_of_one_dtype_is_a_view():
     np.testing.assert_array_equal(w[0], REC[0:2].T)
 
 
+def test_a_dataframe_subclass_is_read_as_a_dataframe():
+    class SensorFrame(pd.DataFrame):
+        @property
+        def _constructor(self):  # type: ignore[override]
+            return SensorFrame
+
+    frame = SensorFrame(REC.copy(), columns=list("abcd"))
+    np.testing.assert_array_equal(sensorium.windows(frame, window=2, columns=["d", "a"]), sensorium.windows(REC, window=2, columns=[3, 0]))
+
+
+def test_a_masked_recording_is_refused_where_a_value_is_masked():
+    recording = np.ma.masked_array(REC.copy(), mask=np.zeros(REC.shape, dtype=bool))
+    np.testing.assert_array_equal(sensorium.windows(recording, window=2), sensorium.windows(REC, window=2))
+    recording[3, 2] = np.ma.masked
+    with pytest.raises(InvalidArgumentError, match=r"masked value.*index \(3, 2\)") as info:
+        sensorium.windows(recording, window=2)
+    assert info.value.argument == "data"
+
+
 def test_one_dimensional_recording_is_one_channel():
     w = sensorium.windows(np.arange(8.0), window=4)
     assert w.shape == (2, 1, 4)

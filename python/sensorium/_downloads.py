@@ -63,14 +63,34 @@ def _same_on_disk(name: str) -> str:
     return unicodedata.normalize("NFC", name).casefold()
 
 
+# Names Windows keeps for devices, whatever the extension (`aux.csv` opens the AUX device).
+_WINDOWS_DEVICES = frozenset(
+    ["CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))]
+)
+
+
+def _local_name(filename: str, windows: bool = os.name == "nt") -> str:
+    """The file name a server-given ``filename`` is written under: its last component, split at
+    ``/`` and ``\\`` alike (a server's name is not a local path, and on Windows a backslash or a
+    drive would lead out of the folder), so a listing lands the same on every system. On Windows
+    the characters it refuses in a name (``<>:"|?*``, control characters: ``:`` would also name a
+    drive or an alternate data stream) become ``_``, trailing dots and spaces (which it drops)
+    go, and a device name gets a leading ``_``. ``""`` when nothing usable is left."""
+    name = re.split(r"[/\\]", filename)[-1]
+    if windows:
+        name = re.sub(r'[<>:"|?*\x00-\x1f]', "_", name).rstrip(" .")
+        if name.split(".")[0].upper() in _WINDOWS_DEVICES:
+            name = "_" + name
+    return "" if name in (".", "..") else name
+
+
 def _targets(records: list[L], directory: Path) -> list[Optional[Path]]:
     """Where each file goes: its server-given name, kept inside ``directory`` (only the last
-    component is used); ``None`` for a record with no usable name or ref. A name listed twice gets
+    component is used, see ``_local_name``); ``None`` for a record with no usable name or ref. A name listed twice gets
     the record's id before its suffix (and a count after it while that is taken too), so no file
     overwrites another, whatever names the listing holds. Every first use of a name is reserved
     before any renaming, so a renamed file never takes a name the server gave another."""
-    names = [PurePosixPath(record.filename or "").name if record.ref else "" for record in records]
-    names = ["" if name in (".", "..") else name for name in names]
+    names = [_local_name(record.filename or "") if record.ref else "" for record in records]
     taken: set[str] = set()
     keeps: list[bool] = []
     for name in names:

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._endpoints import warn_caller
-from ._numeric import as_channels
+from ._numeric import as_channels, is_dataframe, is_series, without_mask
 from ._progress import _Reporter
 from .errors import EmbedManyError, InvalidArgumentError, PayloadTooLargeError
 
@@ -66,9 +66,11 @@ class _Source:
                 )
             if windows.shape[1] == 0 or windows.shape[2] == 0:
                 raise InvalidArgumentError(f"windows: has empty windows (shape {windows.shape})", argument="windows")
+            windows = without_mask(windows, "windows")
             self._array, self.total, self.channels = windows, windows.shape[0], windows.shape[1]
             return
-        if isinstance(windows, (str, bytes, dict)) or type(windows).__module__.startswith("pandas"):
+        # A table of any library (pandas, polars...) is a recording, not windows.
+        if isinstance(windows, (str, bytes, dict)) or is_dataframe(windows) or is_series(windows) or hasattr(windows, "columns"):
             raise InvalidArgumentError(
                 f"windows: takes a 3-D array, a list of 2-D arrays or an iterator of them, got {type(windows).__name__}; "
                 "sensorium.windows(df, window=...) cuts a DataFrame into windows",

@@ -180,12 +180,30 @@ class _CursorParam:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self._seen: set[str] = set()
 
     def params(self, request: ListRequest[Any], cursor: Optional[str]) -> dict[str, Any]:
+        if cursor == request.start:  # a walk begins (the pager may be iterated again)
+            self._seen = set()
         params = dict(request.query)
         if cursor is not None:
             params[self.name] = cursor
         return params
+
+    def _unseen(self, items: list[Any]) -> list[Any]:
+        """An offset-style page's items less those the walk already gave: when the list grows
+        while it is walked, the items at the boundary move down into the next page and would
+        come twice. (An item removed meanwhile can still shift one past a boundary unseen: only
+        cursor-style lists, from release 1.1.11, are free of that.)"""
+        fresh = []
+        for item in items:
+            key = item.get("id") if isinstance(item, dict) else None
+            if isinstance(key, str):
+                if key in self._seen:
+                    continue
+                self._seen.add(key)
+            fresh.append(item)
+        return fresh
 
     def page(self, raw: Any, request: ListRequest[T]) -> Page[T]:
         if request.item_cursors:
@@ -198,6 +216,8 @@ class _CursorParam:
             raw = {**raw, "data": raw["data"][::-1]}
         if isinstance(raw, dict) and raw.get("next_param"):
             self.name = str(raw["next_param"])
+        if self.name == "offset" and isinstance(raw, dict) and isinstance(raw.get("data"), list):
+            raw = {**raw, "data": self._unseen(raw["data"])}
         return Page.from_raw(raw, request.item)
 
 
@@ -257,17 +277,22 @@ class SyncRunner:
         return self._client._core
 
     def call(self, request: Request[T]) -> T:
-        raw = self._core().request(request.method, request.surface, request.path, dict(request.query), request.body,
-                                   False, False, _within(request), request.repeatable)
-        return _read(request.cast, raw, self._core().redact)
+        # The core the request went through reads its answer: a `close()` meanwhile (another
+        # thread, the end of a `with` block) must not turn a request the platform carried out
+        # (a bundle created) into ClientClosedError, which invites a duplicate.
+        core = self._core()
+        raw = core.request(request.method, request.surface, request.path, dict(request.query), request.body,
+                           False, False, _within(request), request.repeatable)
+        return _read(request.cast, raw, core.redact)
 
     def pager(self, request: ListRequest[T]) -> SyncPager[T]:
         where = _CursorParam(request.cursor_param)
 
         def fetch(cursor: Optional[str]) -> Page[T]:
-            raw = self._core().request("GET", request.surface, request.path, where.params(request, cursor), None,
-                                       not request.item_cursors, False)
-            return _read(lambda answer: where.page(answer, request), raw, self._core().redact)
+            core = self._core()
+            raw = core.request("GET", request.surface, request.path, where.params(request, cursor), None,
+                               not request.item_cursors, False)
+            return _read(lambda answer: where.page(answer, request), raw, core.redact)
 
         return SyncPager(fetch, request.start)
 
@@ -285,6 +310,11 @@ class SyncRunner:
                 value = self._step(step)
             except Exception as e:  # handed to the operation, which may turn it into success
                 error = e
+            except BaseException:
+                # A Ctrl-C or a cancellation ends the operation: its `finally` blocks (a progress
+                # bar's close) run now, not whenever the traceback that holds it is dropped.
+                operation.close()
+                raise
 
     def _step(self, step: Step) -> Any:
         if isinstance(step, Request):
@@ -321,17 +351,21 @@ class AsyncRunner:
         return self._client._core
 
     async def call(self, request: Request[T]) -> T:
-        raw = await self._core().request(request.method, request.surface, request.path, dict(request.query),
-                                         request.body, False, True, _within(request), request.repeatable)
-        return _read(request.cast, raw, self._core().redact)
+        # The core the request went through reads its answer too (see SyncRunner.call); held
+        # only for the call, since a core kept alive would keep its connections open.
+        core = self._core()
+        raw = await core.request(request.method, request.surface, request.path, dict(request.query),
+                                 request.body, False, True, _within(request), request.repeatable)
+        return _read(request.cast, raw, core.redact)
 
     def pager(self, request: ListRequest[T]) -> AsyncPager[T]:
         where = _CursorParam(request.cursor_param)
 
         async def fetch(cursor: Optional[str]) -> Page[T]:
-            raw = await self._core().request("GET", request.surface, request.path, where.params(request, cursor), None,
-                                             not request.item_cursors, True)
-            return _read(lambda answer: where.page(answer, request), raw, self._core().redact)
+            core = self._core()
+            raw = await core.request("GET", request.surface, request.path, where.params(request, cursor), None,
+                                     not request.item_cursors, True)
+            return _read(lambda answer: where.page(answer, request), raw, core.redact)
 
         return AsyncPager(fetch, request.start)
 
@@ -349,6 +383,11 @@ class AsyncRunner:
                 value = await self._step(step)
             except Exception as e:  # handed to the operation, which may turn it into success
                 error = e
+            except BaseException:
+                # A Ctrl-C or a cancellation ends the operation: its `finally` blocks (a progress
+                # bar's close) run now, not whenever the traceback that holds it is dropped.
+                operation.close()
+                raise
 
     async def _step(self, step: Step) -> Any:
         if isinstance(step, Request):

@@ -2,11 +2,62 @@
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, Optional
 
 import numpy as np
 
 from .errors import InvalidArgumentError
+
+
+def _pandas_class(name: str) -> Optional[type]:
+    # Looked up only when pandas is already imported: a DataFrame cannot exist otherwise, and
+    # importing pandas here would cost every numpy-only user half a second.
+    pandas = sys.modules.get("pandas")
+    cls = getattr(pandas, name, None) if pandas is not None else None
+    return cls if isinstance(cls, type) else None
+
+
+def is_dataframe(data: Any) -> bool:
+    """A pandas DataFrame, its subclasses included (pandera's, GeoDataFrame, a user's own): each is
+    (time, channels) and must be turned channel-first, which ``np.asarray`` would not do."""
+    cls = _pandas_class("DataFrame")
+    return cls is not None and isinstance(data, cls)
+
+
+def is_series(data: Any) -> bool:
+    cls = _pandas_class("Series")
+    return cls is not None and isinstance(data, cls)
+
+
+def refuse_other_tables(data: Any, argument: str) -> None:
+    """A table that is not a pandas DataFrame (polars, modin, dask, cuDF...) reads through
+    ``np.asarray`` as (rows, columns), which is (time, channels) the wrong way round for a window:
+    refused, rather than embedded with its axes swapped."""
+    if hasattr(data, "columns") and len(np.shape(getattr(data, "columns"))) == 1 and not is_dataframe(data):
+        cls = type(data)
+        raise InvalidArgumentError(
+            f"{argument}: is a {cls.__module__}.{cls.__name__}, a table that sensorium does not read directly; "
+            "convert it to a pandas DataFrame (rows are time, columns channels: .to_pandas()) or to a numpy "
+            "array shaped (channels, window)",
+            argument=argument,
+        )
+
+
+def without_mask(data: np.ndarray, argument: str) -> np.ndarray:
+    """A numpy masked array's values, refused when any is masked: the values under a mask are
+    placeholders (often -9999 or 0) that would otherwise be sent as readings."""
+    if not isinstance(data, np.ma.MaskedArray):
+        return data
+    mask = np.ma.getmaskarray(data)
+    if mask.any():
+        first = tuple(int(i) for i in np.argwhere(mask)[0])
+        raise InvalidArgumentError(
+            f"{argument}: is a masked array with {int(mask.sum())} masked value(s), the first at index {first}; "
+            "fill them (data.filled(value)) or drop the windows that hold them",
+            argument=argument,
+        )
+    return np.ma.getdata(data)
 
 
 def _pandas_numpy(data: Any) -> np.ndarray:
@@ -47,10 +98,9 @@ def _as_channels(data: Any, argument: str) -> Any:
     * a list or tuple of 1-D arrays is stacked, one channel each.
     """
     if isinstance(data, np.ndarray):
-        return data
+        return without_mask(data, argument)
     kind = type(data).__name__
-    module = type(data).__module__
-    if module.startswith("pandas") and kind == "DataFrame":
+    if is_dataframe(data):
         bad = [str(c) for c, dt in data.dtypes.items() if not (dt.kind in "iuf")]
         if bad:
             raise InvalidArgumentError(
@@ -59,7 +109,7 @@ def _as_channels(data: Any, argument: str) -> Any:
                 argument=argument,
             )
         return _pandas_numpy(data).T
-    if module.startswith("pandas") and kind == "Series":
+    if is_series(data):
         if data.dtype.kind not in "iuf":
             raise InvalidArgumentError(
                 f"{argument}: the Series has dtype {data.dtype}, which is not numeric", argument=argument
@@ -70,7 +120,7 @@ def _as_channels(data: Any, argument: str) -> Any:
             raise InvalidArgumentError(f"{argument}: is empty; give at least one channel", argument=argument)
         if all(np.ndim(ch) == 0 for ch in data):
             return np.asarray(data)  # one channel given as a list of numbers
-        channels = [np.asarray(ch) for ch in data]
+        channels = [without_mask(np.asanyarray(ch), f"{argument}[{i}]") for i, ch in enumerate(data)]
         for i, ch in enumerate(channels):
             if ch.ndim != 1:
                 raise InvalidArgumentError(
@@ -85,8 +135,9 @@ def _as_channels(data: Any, argument: str) -> Any:
                 argument=argument,
             )
         return np.stack(channels)
+    refuse_other_tables(data, argument)
     if hasattr(data, "__array__"):
-        return np.asarray(data)
+        return without_mask(np.asanyarray(data), argument)
     raise InvalidArgumentError(
         f"{argument}: expected a numpy array, a list of 1-D arrays or a pandas DataFrame, got {kind}",
         argument=argument,

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ._numeric import _pandas_numpy
+from ._numeric import _pandas_numpy, is_dataframe, is_series, without_mask
 from .errors import InvalidArgumentError
 
 __all__ = ["windows"]
@@ -29,10 +29,6 @@ def _positive_int(value: Any, argument: str) -> int:
     return number
 
 
-def _is_pandas(data: Any, kind: str) -> bool:
-    return type(data).__module__.startswith("pandas") and type(data).__name__ == kind
-
-
 def _recording(data: Any, columns: Optional[Sequence[Any]]) -> np.ndarray:
     """The recording as a numeric (time, channels) array, channels picked by ``columns``."""
     if columns is not None and not isinstance(columns, (str, bytes)) and hasattr(columns, "tolist"):
@@ -44,10 +40,10 @@ def _recording(data: Any, columns: Optional[Sequence[Any]]) -> np.ndarray:
         )
     if columns is not None and len(columns) == 0:
         raise InvalidArgumentError("columns: is empty; pick at least one channel", argument="columns")
-    if _is_pandas(data, "Series"):
+    if is_series(data):
         # One channel, named by the Series' name as a DataFrame column would be.
         data = data.to_frame()
-    if _is_pandas(data, "DataFrame"):
+    if is_dataframe(data):
         if columns is not None:
             unhashable = [c for c in columns if not isinstance(c, Hashable)]
             if unhashable:
@@ -97,6 +93,8 @@ def _recording(data: Any, columns: Optional[Sequence[Any]]) -> np.ndarray:
         )
     if data.dtype.kind not in "iuf":
         raise InvalidArgumentError(f"data: has dtype {data.dtype}, which is not a real number type", argument="data")
+    # Windows are views, and a view of a masked array drops its mask: refuse masked values here.
+    data = without_mask(data, "data")
     if data.ndim == 1:
         data = data[:, np.newaxis]
     if data.ndim != 2:

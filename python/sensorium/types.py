@@ -66,7 +66,9 @@ class _Record:
     received; ``to_dict()`` gives the JSON exactly as received."""
 
     extra: dict[str, Any] = field(default_factory=dict, kw_only=True)
-    _raw: Optional[dict[str, Any]] = field(default=None, kw_only=True, repr=False, compare=False)
+    # Not an init field: `dataclasses.replace(record, status=...)` makes a record of its own
+    # values, whose `to_dict()` must say them, not what the platform sent for the original.
+    _raw: Optional[dict[str, Any]] = field(default=None, init=False, repr=False, compare=False)
     # Fields holding records of their own: name -> builder.
     _nested: ClassVar[dict[str, Callable[[Any], Any]]] = {}
 
@@ -96,7 +98,9 @@ class _Record:
         # changing `record.metadata` in place does not change what `to_dict()` says was received.
         # Flat records (most of a list) skip the copy.
         raw = copy.deepcopy(data) if any(isinstance(v, (dict, list)) for v in data.values()) else data
-        return cls(**known, extra={k: v for k, v in data.items() if k not in names}, _raw=raw)
+        record = cls(**known, extra={k: v for k, v in data.items() if k not in names})
+        object.__setattr__(record, "_raw", raw)  # frozen
+        return record
 
     def __hash__(self) -> int:
         # The dataclass hash of the field tuple fails on the dict and list fields (and on
@@ -107,13 +111,23 @@ class _Record:
         return hash((type(self).__qualname__, *(_frozen(getattr(self, f.name)) for f in fields(self) if f.compare)))
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as the platform sent it (unknown fields included)."""
+        """The record as the platform sent it (unknown fields included); for a record built by
+        hand or by ``dataclasses.replace``, its fields as the platform would send them."""
         if self._raw is not None:
             return copy.deepcopy(self._raw)
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extra", "_raw")}
-        out = {k: v.to_dict() if isinstance(v, _Record) else v for k, v in out.items() if v is not None}
+        out = {k: _plain(v) for k, v in out.items() if v is not None}
         out.update(self.extra)
         return out
+
+
+def _plain(value: Any) -> Any:
+    """A field's value as JSON holds it: records (alone or in a list) as their dicts."""
+    if isinstance(value, _Record):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,7 @@ pub async fn download_ref(
     reference: &str,
     dest: &Path,
     progress: Arc<ProgressShare>,
+    listed: Option<u64>,
 ) -> Result<u64, Error> {
     let call = if reference.starts_with("http://") || reference.starts_with("https://") {
         let mut call = Call::get(reference.to_string());
@@ -194,7 +195,7 @@ pub async fn download_ref(
         return Err(Error::unexpected("", format!("a result reference {:?} is neither a path nor a URL", shown_url(reference)), b""));
     };
     // Errors name the download by its reference without a presigned URL's signature.
-    download_call(transport, call, shown_url(reference), dest, progress).await
+    download_call(transport, call, shown_url(reference), dest, progress, listed).await
 }
 
 /// One file of `download_many`: where it comes from, where it goes, and the size the listing
@@ -226,7 +227,7 @@ pub async fn download_many(
         .collect();
     let outcomes = futures_util::stream::iter(items.into_iter().zip(shares))
         .map(|(item, share)| async move {
-            download_ref(transport, surface, &item.reference, &item.dest, share).await
+            download_ref(transport, surface, &item.reference, &item.dest, share, item.expected).await
         })
         // `buffered` keeps the items' order while up to `concurrency` run at once.
         .buffered(concurrency)

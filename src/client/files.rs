@@ -284,15 +284,28 @@ fn check_name(file_id: &str, argument: &str) -> Result<(), Error> {
 
 /// Refuses a name that cannot go into a multipart part header as sent: CR or LF would end the
 /// header line there (reqwest writes them raw), and the other control characters but tab are
-/// not allowed in a header. The spec allows none of them in a file name.
+/// not allowed in a header. The spec allows none of them in a file name. Whitespace at either
+/// end is refused too: the platform keeps a file under its name trimmed (as the emulator does),
+/// so ` notes.txt` would be stored, listed and downloaded as `notes.txt`, and a direct upload
+/// would end in a name mismatch after the bytes were sent.
 fn check_sendable(name: &str, argument: &str) -> Result<(), Error> {
-    match name.chars().find(|&c| c.is_ascii_control() && c != '\t') {
-        Some(c) => Err(Error::invalid_argument(
+    if let Some(c) = name.chars().find(|&c| c.is_ascii_control() && c != '\t') {
+        return Err(Error::invalid_argument(
             argument,
             format!("{name:?} contains a control character ({c:?}), which an uploaded file's name cannot hold; rename it"),
-        )),
-        None => Ok(()),
+        ));
     }
+    if name.trim() != name {
+        return Err(Error::invalid_argument(
+            argument,
+            format!(
+                "{name:?} begins or ends with whitespace, which the platform drops from a file's name (it would be \
+                 stored as {:?}); rename it",
+                name.trim()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The URL of `{prefix}/{file_id}` with the id percent-encoded as one path segment.
@@ -316,18 +329,21 @@ pub async fn download(
     progress: Arc<TransferProgress>,
 ) -> Result<u64, Error> {
     let call = Call::get(file_url(transport, "/files/download", file_id)?);
-    download_call(transport, call, file_id, dest, Arc::new(ProgressShare::new(progress, 0))).await
+    download_call(transport, call, file_id, dest, Arc::new(ProgressShare::new(progress, 0)), None).await
 }
 
 /// Streams the body of `call` (a GET) to `dest` through a temporary file beside it, fsynced and
 /// renamed only when complete: the one download path for files, agent results and job outputs.
 /// `label` names the download in errors; `progress` is this download's share of the counters.
+/// `listed` is the size a listing gave for the file, if any: a body that comes without a length
+/// (one the server ends by closing the connection) and stops short of it is cut, not complete.
 pub async fn download_call(
     transport: &Transport,
     mut call: Call,
     label: &str,
     dest: &Path,
     progress: Arc<ProgressShare>,
+    listed: Option<u64>,
 ) -> Result<u64, Error> {
     call.streaming = true;
     let file_id = label;
@@ -384,12 +400,24 @@ pub async fn download_call(
                     written += chunk.len() as u64;
                     progress.add(chunk.len() as u64);
                 }
-                if let Some(n) = expected {
-                    if n != written {
+                match (expected, listed) {
+                    (Some(n), _) if n != written => {
                         return Err(Error::Connection {
                             message: format!("download of {file_id} ended after {written} of {n} bytes"),
                         });
                     }
+                    // Without a Content-Length (a chunked body's end is checked by the HTTP
+                    // layer) only the listing can tell a cut body from a whole one. Only a
+                    // shortfall is refused: a listed size is the platform's, not the storage's.
+                    (None, Some(n)) if written < n => {
+                        return Err(Error::Connection {
+                            message: format!(
+                                "download of {file_id} ended after {written} bytes, without a length, where the \
+                                 listing gave {n} bytes"
+                            ),
+                        });
+                    }
+                    _ => {}
                 }
                 if let Sink::File(partial, file) = &mut sink {
                     file.flush().await.map_err(|e| Error::io(&partial.shown, e))?;
@@ -635,7 +663,7 @@ mod tests {
     fn names_sent_in_a_part_header_hold_no_control_characters() {
         assert!(check_sendable("tab\t.txt", "name").is_ok());
         assert!(check_sendable("é 50% #1.txt", "name").is_ok());
-        for bad in ["a\r\nb.txt", "a\nb.txt", "a\rb.txt", "a\u{0}b.txt", "a\u{1b}b.txt", "a\u{7f}b.txt"] {
+        for bad in ["a\r\nb.txt", "a\nb.txt", "a\rb.txt", "a\u{0}b.txt", "a\u{1b}b.txt", "a\u{7f}b.txt", " lead.txt", "trail.txt ", "\tx.txt", "x.txt\u{a0}"] {
             let err = check_sendable(bad, "path").unwrap_err();
             assert!(matches!(&err, Error::InvalidArgument { argument, .. } if argument == "path"), "{bad:?}: {err}");
         }

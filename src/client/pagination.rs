@@ -16,17 +16,14 @@ pub fn normalize_page(body: Value) -> Result<CursorPage<Value>, String> {
         Value::Object(mut map) => {
             let data = match map.remove("data") {
                 Some(Value::Array(items)) => items,
-                _ => {
-                    let arrays: Vec<String> =
-                        map.iter().filter(|(_, v)| v.is_array()).map(|(k, _)| k.clone()).collect();
-                    match arrays.as_slice() {
-                        [only] => match map.remove(only) {
-                            Some(Value::Array(items)) => items,
-                            _ => Vec::new(),
-                        },
+                Some(other) => return Err(format!("the page's data is {}, not a list", kind_of(&other))),
+                None => match items_key(&map)? {
+                    Some(key) => match map.remove(&key) {
+                        Some(Value::Array(items)) => items,
                         _ => Vec::new(),
-                    }
-                }
+                    },
+                    None => Vec::new(),
+                },
             };
             let text = |v: Option<&Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
             if let (Some(total), Some(offset)) =
@@ -57,6 +54,40 @@ pub fn normalize_page(body: Value) -> Result<CursorPage<Value>, String> {
     })
 }
 
+/// Which member of a page without `data` holds its items (the older lists name it after what
+/// they list: `files`, `jobs`, `events`...). The page's only list; or, beside lists that hold no
+/// records (`warnings: []`, `errors: ["..."]`, which a newer platform may add), its only list of
+/// objects. Two lists of objects, or several lists and none of objects but some non-empty, cannot
+/// be told apart: refused, since guessing would lose a page's items without a word. `None` when
+/// the page has no list at all (an empty page).
+fn items_key(map: &serde_json::Map<String, Value>) -> Result<Option<String>, String> {
+    let arrays: Vec<(&String, &Vec<Value>)> = map.iter().filter_map(|(k, v)| v.as_array().map(|a| (k, a))).collect();
+    if let [(only, _)] = arrays.as_slice() {
+        return Ok(Some((*only).clone()));
+    }
+    let of_records: Vec<&String> =
+        arrays.iter().filter(|(_, items)| items.iter().any(Value::is_object)).map(|(k, _)| *k).collect();
+    match of_records.as_slice() {
+        [one] => Ok(Some((*one).clone())),
+        [] if arrays.iter().all(|(_, items)| items.is_empty()) => Ok(None),
+        _ => Err(format!(
+            "the page has several lists ({}) and none named data, so which one holds the items is unclear",
+            arrays.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +115,25 @@ mod tests {
         assert!(!p.has_more && p.next_cursor.is_none());
         let p = page(json!({"total": 9, "offset": 0, "events": []}));
         assert!(!p.has_more, "an empty page ends the list whatever total says");
+    }
+
+    #[test]
+    fn items_beside_other_lists_are_found_or_the_page_is_refused() {
+        // A list the platform adds beside the items (warnings) does not hide them.
+        let p = page(json!({"total": 3, "offset": 0, "limit": 50, "jobs": [{"id": 1}, {"id": 2}, {"id": 3}], "warnings": []}));
+        assert_eq!((p.data.len(), p.has_more), (3, false));
+        let p = page(json!({"jobs": [{"id": 1}], "errors": ["late"], "has_more": false}));
+        assert_eq!(p.data.len(), 1);
+        // All empty: an empty page, nothing lost.
+        assert!(page(json!({"jobs": [], "warnings": []})).data.is_empty());
+        assert!(page(json!({})).data.is_empty());
+        for body in [
+            json!({"jobs": [{"id": 1}], "inputs": [{"id": 2}]}),
+            json!({"names": ["a"], "tags": ["b"]}),
+            json!({"data": {"jobs": [{"id": 1}]}}),
+        ] {
+            assert!(normalize_page(body.clone()).is_err(), "{body}");
+        }
     }
 
     #[test]

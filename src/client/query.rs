@@ -303,6 +303,9 @@ pub fn output_texts(response: &QueryResponse) -> Result<Vec<String>, String> {
                     .iter()
                     .map(|i| match i {
                         Value::String(s) => s.clone(),
+                        // No output for that item: an empty text keeps the others in their
+                        // places, where `null` written out would read as the model's word.
+                        Value::Null => String::new(),
                         other => other.to_string(),
                     })
                     .collect(),
@@ -682,6 +685,7 @@ mod tests {
         let mk = |v: Value| QueryResponse { response: v, ..Default::default() };
         assert_eq!(output_texts(&mk(json!({"response": ["a", "b"]}))).unwrap(), vec!["a", "b"]);
         assert_eq!(output_texts(&mk(json!(["a"]))).unwrap(), vec!["a"]);
+        assert_eq!(output_texts(&mk(json!({"response": ["a", null, 3]}))).unwrap(), vec!["a", "", "3"]);
         assert_eq!(output_texts(&mk(json!("a"))).unwrap(), vec!["a"]);
         assert_eq!(output_texts(&mk(json!({"response": []}))).unwrap(), Vec::<String>::new());
         for wrong in [json!(null), json!(42), json!({}), json!({"response": 42}), json!({"response": {"a": 1}})] {

@@ -81,6 +81,9 @@ def _target(file_id: str, path: StrPath) -> Path:
     # A path ending in a separator names a folder even before it exists (then the download
     # reports the missing folder instead of writing a file named like the folder).
     given = local_path(path, "path")
+    if not given:
+        # Path("") is the current folder, which the caller did not name (as download_outputs says).
+        raise InvalidArgumentError("path: is empty; give a file or a folder ('.' for the current one)", argument="path")
     target = Path(given)
     names_folder = given.endswith(os.sep) or (os.altsep is not None and given.endswith(os.altsep))
     return target / file_id if names_folder or target.is_dir() else target
