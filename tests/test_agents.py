@@ -29,6 +29,7 @@ from sensorium.errors import (
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
+    WaitTimeoutError,
 )
 from sensorium.testing import Emulator
 from sensorium.types import Agent, AgentLog, AgentResult, Blueprint, BlueprintSummary, Bundle
@@ -558,11 +559,26 @@ def test_wait_goes_on_from_the_status_while_the_logs_feed_fails(agents_emu, run)
     with pytest.raises(AgentRunError) as info:
         run(lambda c: c.agents.instances.wait(failed.id, timeout=30), max_retries=0)
     assert info.value.error == "boom" and info.value.agent.status == "failed"
-    # The status poll failing is not hidden.
+    # The status poll failing is not hidden: polled again while the timeout allows (a 500 is
+    # retryable), it ends the wait at the timeout, from that failure.
     third = run(lambda c: c.agents.bundles.run(bundle.id, file_id))
     agents_emu.inject("GET", f"/agents/instances/{third.id}", status=500, times=None)
-    with pytest.raises(InternalServerError):
-        run(lambda c: c.agents.instances.wait(third.id, timeout=30), max_retries=0)
+    with pytest.raises(WaitTimeoutError) as timed_out:
+        run(lambda c: c.agents.instances.wait(third.id, timeout=1), max_retries=0)
+    assert isinstance(timed_out.value.__cause__, InternalServerError)
+
+
+def test_a_burst_of_failed_record_polls_does_not_end_an_agent_wait(agents_emu, run):
+    """Three 503s on the record (with no retries left to the client) ended the wait with the 503;
+    the logs feed, read between them, does not decide alone either. A 404 still ends it at once."""
+    bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
+    started = run(lambda c: c.agents.bundles.run(bundle.id, file_id))
+    agents_emu.inject("GET", f"/agents/instances/{started.id}", status=503, times=3)
+    assert run(lambda c: c.agents.instances.wait(started.id, timeout=60), max_retries=0).status == "completed"
+    assert [r.status for r in agents_emu.requests if r.path.endswith(started.id)][:3] == [503, 503, 503]
+    agents_emu.inject("GET", f"/agents/instances/{started.id}", status=404, times=1)
+    with pytest.raises(NotFoundError):
+        run(lambda c: c.agents.instances.wait(started.id, timeout=60), max_retries=0)
 
 
 @pytest.mark.parametrize("lag", [0, 1])
@@ -701,12 +717,25 @@ def test_wait_progress_bar(agents_emu, run, monkeypatch):
     bars: list[Any] = []
 
     class FakeBar:
+        """tqdm as the SDK uses it, drawing its line by tqdm's rule: the fields of `bar_format`
+        filled in, the postfix after ", " (which the bar read as 'agent agt_1: , running')."""
+
         def __init__(self, **kwargs: Any) -> None:
-            self.kwargs, self.postfix, self.closed = kwargs, [], False
+            self.kwargs, self.lines, self.closed = kwargs, [], False
+            self.desc, self.postfix, self.bar_format = kwargs.get("desc", ""), "", kwargs["bar_format"]
             bars.append(self)
 
-        def set_postfix_str(self, text: str) -> None:
-            self.postfix.append(text)
+        def draw(self) -> None:
+            self.lines.append(self.bar_format.format(desc=self.desc, postfix=", " + self.postfix if self.postfix else "",
+                                                     elapsed="00:00"))
+
+        def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+            self.postfix = text
+            self.draw()
+
+        def set_description_str(self, text: str, refresh: bool = True) -> None:
+            self.desc = text
+            self.draw()
 
         def close(self) -> None:
             self.closed = True
@@ -724,7 +753,10 @@ def test_wait_progress_bar(agents_emu, run, monkeypatch):
     agent = run(lambda c: c.agents.instances.wait(started.id, timeout=30, progress=True))
     assert agent.status == "completed"
     (bar,) = bars
-    assert bar.postfix[-1] == "completed" and bar.closed and started.id in bar.kwargs["desc"]
+    assert bar.lines[-1] == f"agent {started.id}: completed [00:00]" and bar.closed
+    for line in bar.lines:
+        status = line.removeprefix(f"agent {started.id}: ").removesuffix(" [00:00]")
+        assert status.isalpha(), line
 
 
 def test_page_size_applies_to_every_list():
@@ -784,8 +816,8 @@ def test_optimization_wait_feeds_the_bar_with_its_trials(agents_emu, run, monkey
             self.total, self.n, self.bar_format, self.counts, self.closed = kwargs.get("total"), 0, "", [], False
             bars.append(self)
 
-        def set_postfix_str(self, text: str) -> None:
-            self.counts.append((self.n, self.total, text))
+        def set_description_str(self, text: str, refresh: bool = True) -> None:
+            self.counts.append((self.n, self.total, text.rpartition(": ")[2]))
 
         def close(self) -> None:
             self.closed = True

@@ -4,12 +4,15 @@ inputs, cancel with and without ok_if_terminal."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import warnings
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+import sensorium
 from _fake_server import FakeServer, response
 from _helpers import run_on
 from sensorium.errors import ConflictError, InvalidArgumentError, JobFailedError, NotFoundError
@@ -103,6 +106,65 @@ def test_wait_raises_for_a_failed_job_and_warns_for_failed_inputs(call):
         assert job.status == "COMPLETED"
         assert call(server.base_url, lambda c: c.batch.jobs.failed_inputs("job_1")) == [
             {"input_id": "inp_2", "message": "FAILED Processing failed for b.csv"}]
+
+
+@pytest.mark.parametrize("status", [500, 404])
+def test_wait_returns_the_completed_job_when_its_events_cannot_be_read(call, status):
+    """The failed-inputs check only warns: its failure replaced the record with the error. A 404
+    is a platform older than 1.1.0, which has no batch events."""
+    done = {**JOB, "status": "COMPLETED"}
+    table = {"GET /v0.5/batch/jobs/job_1": lambda q: (200, done),
+             "GET /v0.5/batch/jobs/job_1/events": lambda q: (status, {"code": "x", "message": "no events here"})}
+    with FakeServer(routes(table)) as server:
+        with pytest.warns(UserWarning, match="failed inputs could not be checked") as warned:
+            job = call(server.base_url, lambda c: c.batch.jobs.wait("job_1", timeout=60))
+    assert isinstance(job, BatchJob) and job.status == "COMPLETED"
+    (warning,) = [w for w in warned if "could not be checked" in str(w.message)]
+    assert f"answered {status}" in str(warning.message), "the warning says why"
+
+
+def test_the_failed_inputs_check_ends_with_the_waits_timeout(call):
+    """The events list had no deadline: a slow feed held `wait(timeout=...)` past its timeout.
+    The job did finish, so the record comes back, with the warning that the check ran out."""
+    done = {**JOB, "status": "COMPLETED"}
+    failures = {"data": [{"id": 7, "event_type": "inference.failed", "level": "FAILED", "input_id": "inp_2",
+                          "message": "FAILED Processing failed for b.csv"}], "has_more": False, "next_cursor": None}
+
+    def script(head: bytes) -> list[Any]:
+        if b"/events" in head.split(b"\r\n")[0]:
+            return [30.0, response(200, json.dumps(failures).encode())]  # answered long after the timeout
+        return [response(200, json.dumps(done).encode())]
+
+    with FakeServer(script) as server:
+        with pytest.warns(UserWarning, match="failed inputs could not be checked") as warned:
+            job = call(server.base_url, lambda c: c.batch.jobs.wait("job_1", timeout=1))
+    assert job.status == "COMPLETED"
+    assert not [w for w in warned if "1 failed input" in str(w.message)], "the slow answer was not awaited"
+    assert any("timeout" in str(w.message) for w in warned)
+
+
+def test_cancelling_a_wait_during_the_failed_inputs_check_still_cancels_it():
+    """The check's failures become a warning; a cancellation is not one of them."""
+    done = {**JOB, "status": "COMPLETED"}
+
+    def script(head: bytes) -> list[Any]:
+        if b"/events" in head.split(b"\r\n")[0]:
+            return [30.0]
+        return [response(200, json.dumps(done).encode())]
+
+    async def main(base_url: str, server: FakeServer) -> None:
+        async with sensorium.AsyncClient(api_key="sk-test", base_url=base_url, max_retries=0) as c:
+            task = asyncio.ensure_future(c.batch.jobs.wait("job_1"))
+            while not any(b"/events" in r for r in server.requests):
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    with FakeServer(script) as server:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no "could not be checked" warning either
+            asyncio.run(main(server.base_url, server))
 
 
 def test_cancel_ok_if_terminal(call):

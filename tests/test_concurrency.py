@@ -579,7 +579,7 @@ def test_a_wait_ended_by_ctrl_c_or_cancellation_closes_its_bar(monkeypatch):
             self.closed = False
             bars.append(self)
 
-        def set_postfix_str(self, text: str) -> None:
+        def set_description_str(self, text: str) -> None:
             pass
 
         def close(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import warnings
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
@@ -107,6 +108,99 @@ def test_a_failed_job_raises_with_its_errors(call):
         with pytest.raises(JobFailedError) as info:
             call(server.base_url, lambda c: c.fine_tuning.jobs.wait("ftj_1"))
     assert info.value.errors == ["out of memory"] and info.value.job.id == "ftj_1" and "out of memory" in str(info.value)
+
+
+def test_a_completed_job_that_produced_nothing_raises(call):
+    """The spec's `outcome: FAILED` on a `COMPLETED` job is "produced nothing": it came back from
+    wait() as a success, silently."""
+    empty = {**JOB, "status": "COMPLETED", "outcome": "FAILED", "finished_at": 1764000100}
+    with FakeServer(routes({"GET /v0.6/fine_tuning/jobs/ftj_1": lambda: empty})) as server:
+        with pytest.raises(JobFailedError) as info:
+            call(server.base_url, lambda c: c.fine_tuning.jobs.wait("ftj_1", timeout=30))
+    assert info.value.job.outcome == "FAILED" and info.value.job.status == "COMPLETED"
+    assert "produced nothing" in str(info.value) and info.value.errors == []
+
+
+def test_a_partial_outcome_warns_and_returns_the_job(call):
+    partial = {**JOB, "status": "COMPLETED", "outcome": "PARTIAL", "finished_at": 1764000100}
+    with FakeServer(routes({"GET /v0.6/fine_tuning/jobs/ftj_1": lambda: partial})) as server:
+        with pytest.warns(UserWarning, match="PARTIAL"):
+            job = call(server.base_url, lambda c: c.fine_tuning.jobs.wait("ftj_1", timeout=30))
+    assert job.outcome == "PARTIAL"
+    success = {**partial, "outcome": "SUCCESS"}
+    with FakeServer(routes({"GET /v0.6/fine_tuning/jobs/ftj_1": lambda: success})) as server:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert call(server.base_url, lambda c: c.fine_tuning.jobs.wait("ftj_1", timeout=30)).outcome == "SUCCESS"
+
+
+def scripted(answers: list[Any]) -> Callable[[bytes], list[Any]]:
+    """The job's polls answered in turn by ``answers`` (a status, a body and optionally headers,
+    or ``None`` for a connection closed unanswered), the last one again and again."""
+    left = list(answers)
+
+    def script(head: bytes) -> list[Any]:
+        answer = left.pop(0) if len(left) > 1 else left[0]
+        if answer is None:
+            return []
+        status, body, *headers = answer
+        return [response(status, json.dumps(body).encode(), *headers)]
+
+    return script
+
+
+UNAVAILABLE = (503, {"code": "server_at_capacity", "message": "Try again later.", "error_uid": "err-3"})
+
+
+def test_a_burst_of_retryable_failures_does_not_end_the_wait(call, caplog):
+    """Four 503s in a row (a gateway blip) ended a wait(timeout=600) with the 503, once one poll
+    had used the client's retries, although the job was healthy."""
+    answers = [(200, JOB), UNAVAILABLE, (429, {"code": "rate_limited", "message": "Slow down."}, {"Retry-After": "1"}),
+               None,
+               (500, {"code": "internal", "message": "oops"}), (200, {**JOB, "status": "COMPLETED"})]
+    caplog.set_level("WARNING", logger="sensorium")
+    with FakeServer(scripted(answers)) as server:
+        job = call(server.base_url, lambda c: c.fine_tuning.jobs.wait("ftj_1", timeout=600))
+        polls = len(server.requests)
+    assert job.status == "COMPLETED" and polls == 6
+    logged = [r for r in caplog.records if r.name.startswith("sensorium") and "ftj_1" in r.getMessage()]
+    assert len(logged) == 4 and all(r.levelname == "WARNING" for r in logged)
+    assert "503" in logged[0].getMessage()
+    assert "polling again in 1.0s" in logged[1].getMessage(), "the 429's Retry-After is honoured"
+
+
+@pytest.mark.parametrize("status", [400, 401, 404])
+def test_a_failure_that_is_not_retried_still_ends_the_wait_at_once(call, status):
+    answers = [(200, JOB), (status, {"code": "nope", "message": "No.", "error_uid": "err-4"}), (200, JOB)]
+    with FakeServer(scripted(answers)) as server:
+        with pytest.raises(sensorium.errors.APIStatusError) as info:
+            call(server.base_url, lambda c: c.fine_tuning.jobs.wait("ftj_1", timeout=600))
+        polls = len(server.requests)
+    assert info.value.status == status and polls == 2
+
+
+def test_failing_polls_run_out_with_the_timeout(call):
+    """While the deadline allows, failing polls are made again; at it, WaitTimeoutError from the
+    last failure (it was the first 503, raised at once)."""
+    with FakeServer(scripted([(200, JOB), UNAVAILABLE])) as server:
+        with pytest.raises(sensorium.errors.WaitTimeoutError) as info:
+            call(server.base_url, lambda c: c.fine_tuning.jobs.wait("ftj_1", timeout=1))
+        polls = len(server.requests)
+    assert isinstance(info.value.__cause__, sensorium.errors.InternalServerError) and polls > 2
+    assert info.value.record.status == "RUNNING", "the last record read"
+
+
+def test_a_wait_without_timeout_gives_up_after_a_stretch_of_failures(call, monkeypatch):
+    """Waiting forever is not polling a dead platform forever: after a stretch with nothing but
+    failed polls (shortened here) the last failure is raised."""
+    import sensorium._waiting
+
+    monkeypatch.setattr(sensorium._waiting, "GIVE_UP_AFTER_FAILING_FOR", 1.0)
+    with FakeServer(scripted([(200, JOB), UNAVAILABLE])) as server:
+        with pytest.raises(sensorium.errors.InternalServerError):
+            call(server.base_url, lambda c: c.fine_tuning.jobs.wait("ftj_1"))
+        polls = len(server.requests)
+    assert polls > 2, "the failing poll was made again before giving up"
 
 
 def test_logs_filters_and_limit(call):

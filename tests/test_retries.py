@@ -430,3 +430,18 @@ def test_a_connect_timeout_is_a_timeout_that_never_reached_the_server(client_kin
     assert info.value.may_have_been_processed is False
     assert "timed out" in str(info.value) and "not repeated" not in str(info.value)
     assert "k-local" not in str(info.value)
+
+
+# Defect: a wait(timeout=20) whose poll met a 503 asking for 30 s ended at once, saying the job was
+# "still unfinished after 20s".
+
+def test_a_wait_ended_early_by_a_retry_after_past_its_timeout_says_so():
+    from sensorium.errors import WaitTimeoutError
+    from sensorium.testing import Emulator
+
+    with Emulator(work_duration=30) as emu, emu.client() as client:
+        client.files.upload_base64("in.csv", b"time,a\n" + b"".join(b"%d,%d\n" % (i, i % 7) for i in range(50)))
+        run = client.agents.bundles.run(client.agents.bundles.create("osm", name="x").id, "in.csv")
+        emu.inject("GET", "/agents/instances/*", status=503, retry_after=30, times=1)
+        with pytest.raises(WaitTimeoutError, match=r"asked to be polled again in 30s, past the wait's timeout of 20s"):
+            client.agents.instances.wait(run.id, timeout=20)

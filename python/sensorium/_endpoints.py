@@ -101,9 +101,12 @@ class Native(Generic[T]):
 
 @dataclass(frozen=True)
 class CollectList(Generic[T]):
-    """Every item of a list, as one step (for operations that need the whole list)."""
+    """Every item of a list, as one step (for operations that need the whole list). ``deadline``
+    (a ``time.monotonic()`` time) bounds the whole listing as ``Request.deadline`` bounds a
+    call: each page gets what is left of it, and ``WaitTimeoutError`` once it has passed."""
 
     request: ListRequest[T]
+    deadline: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -259,9 +262,9 @@ class _HasCore(Protocol):
     _core: Any
 
 
-def _within(request: Request[Any]) -> Optional[float]:
-    """Seconds left until ``request``'s deadline (0 once it has passed), as the core takes them."""
-    return None if request.deadline is None else max(request.deadline - time.monotonic(), 0.0)
+def _within(deadline: Optional[float]) -> Optional[float]:
+    """Seconds left until ``deadline`` (0 once it has passed), as the core takes them."""
+    return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
 
 class SyncRunner:
@@ -282,16 +285,16 @@ class SyncRunner:
         # (a bundle created) into ClientClosedError, which invites a duplicate.
         core = self._core()
         raw = core.request(request.method, request.surface, request.path, dict(request.query), request.body,
-                           False, False, _within(request), request.repeatable)
+                           False, False, _within(request.deadline), request.repeatable)
         return _read(request.cast, raw, core.redact)
 
-    def pager(self, request: ListRequest[T]) -> SyncPager[T]:
+    def pager(self, request: ListRequest[T], deadline: Optional[float] = None) -> SyncPager[T]:
         where = _CursorParam(request.cursor_param)
 
         def fetch(cursor: Optional[str]) -> Page[T]:
             core = self._core()
             raw = core.request("GET", request.surface, request.path, where.params(request, cursor), None,
-                               not request.item_cursors, False)
+                               not request.item_cursors, False, _within(deadline))
             return _read(lambda answer: where.page(answer, request), raw, core.redact)
 
         return SyncPager(fetch, request.start)
@@ -323,7 +326,7 @@ class SyncRunner:
             time.sleep(step.seconds)
             return None
         if isinstance(step, CollectList):
-            return list(self.pager(step.request))
+            return list(self.pager(step.request, step.deadline))
         if isinstance(step, Native):
             return self.native(step)
         if isinstance(step, Scrub):
@@ -355,16 +358,16 @@ class AsyncRunner:
         # only for the call, since a core kept alive would keep its connections open.
         core = self._core()
         raw = await core.request(request.method, request.surface, request.path, dict(request.query),
-                                 request.body, False, True, _within(request), request.repeatable)
+                                 request.body, False, True, _within(request.deadline), request.repeatable)
         return _read(request.cast, raw, core.redact)
 
-    def pager(self, request: ListRequest[T]) -> AsyncPager[T]:
+    def pager(self, request: ListRequest[T], deadline: Optional[float] = None) -> AsyncPager[T]:
         where = _CursorParam(request.cursor_param)
 
         async def fetch(cursor: Optional[str]) -> Page[T]:
             core = self._core()
             raw = await core.request("GET", request.surface, request.path, where.params(request, cursor), None,
-                                     not request.item_cursors, True)
+                                     not request.item_cursors, True, _within(deadline))
             return _read(lambda answer: where.page(answer, request), raw, core.redact)
 
         return AsyncPager(fetch, request.start)
@@ -396,7 +399,7 @@ class AsyncRunner:
             await asyncio.sleep(step.seconds)
             return None
         if isinstance(step, CollectList):
-            return [item async for item in self.pager(step.request)]
+            return [item async for item in self.pager(step.request, step.deadline)]
         if isinstance(step, Native):
             return await self.native(step)
         if isinstance(step, Scrub):

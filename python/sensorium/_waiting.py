@@ -1,10 +1,12 @@
 """Waiting on long work (agent runs, evaluations, optimizations, fine-tuning and batch jobs),
 written once: poll with backoff, interruptible by Ctrl-C (blocking) or cancellation (asyncio),
-an optional tqdm line, a timeout, and the failure raised with its record; and canceling it,
-where a repeated cancel's 409 is settled by the record."""
+riding out polls that fail with a retryable error, an optional tqdm line, a timeout, and the
+failure raised with its record; and canceling it, where a repeated cancel's 409 is settled by
+the record."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import replace
@@ -14,6 +16,7 @@ from ._arguments import flag
 from ._endpoints import Operation, Request, Scrub, Sleep
 from .errors import (
     AgentRunError,
+    APIConnectionError,
     APIError,
     APIStatusError,
     ConflictError,
@@ -41,6 +44,17 @@ RECORD_EVERY = 4
 # Past it, the failure is raised with the lagging record (status set to `failed`, `error` unset)
 # and the log line's message as the error text.
 FAILED_RECORD_SECONDS = 10.0
+# The client's retry rule (`RETRYABLE_STATUSES` in src/client/error.rs, and connection failures):
+# a record poll that fails with one of these, after the client's own retries, is logged and made
+# again at the next poll interval while the wait's timeout allows; any other failure (400, 401,
+# 404...) ends the wait at once, since polling again cannot change it.
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+# A wait without a timeout still gives up once its record polls have failed for this long with no
+# success between (and raises the last failure): a gateway blip is ridden out, but a platform
+# unreachable for five minutes is an outage the caller should hear about rather than a silent hang.
+GIVE_UP_AFTER_FAILING_FOR = 300.0
+
+_log = logging.getLogger("sensorium")
 
 
 def agent_status(record: Any) -> str:
@@ -138,10 +152,13 @@ def _poll_delays() -> Iterable[float]:
 
 class _StatusBar:
     """``progress=True`` on ``wait``: a tqdm line with the status and the time waited, and a bar
-    of done/total where the record counts its progress."""
+    of done/total where the record counts its progress: ``agent agt_1: running [00:03]``. The
+    status goes in the description, not the postfix: tqdm puts ", " before a postfix, which read
+    ``agent agt_1: , running``."""
 
     def __init__(self, enabled: bool, description: str) -> None:
         self._bar: Any = None
+        self._description = description
         if not enabled:
             return
         try:
@@ -149,7 +166,7 @@ class _StatusBar:
         except ImportError:
             raise InvalidArgumentError("progress: progress=True needs tqdm (pip install 'sensorium[progress]')",
                                        argument="progress") from None
-        self._bar = tqdm(total=None, desc=description, bar_format="{desc}: {postfix} [{elapsed}]")
+        self._bar = tqdm(total=None, desc=description, bar_format="{desc} [{elapsed}]")
 
     def show(self, status: str, counts: Optional[tuple[int, int]] = None) -> None:
         if self._bar is None:
@@ -158,9 +175,9 @@ class _StatusBar:
             done, total = counts
             if self._bar.total != total:
                 self._bar.total = total
-                self._bar.bar_format = "{desc}: {n}/{total} {bar}{postfix} [{elapsed}]"
+                self._bar.bar_format = "{desc} {n}/{total} {bar} [{elapsed}]"
             self._bar.n = done
-        self._bar.set_postfix_str(status)
+        self._bar.set_description_str(f"{self._description}: {status}")
 
     def close(self) -> None:
         if self._bar is not None:
@@ -169,6 +186,13 @@ class _StatusBar:
 
 class _DeadlinePassed(Exception):
     """A poll could not be answered before the wait's deadline; ``__cause__`` says why."""
+
+
+def retryable(error: BaseException) -> bool:
+    """Whether the client's retry rule retries ``error`` (429, 500, 502, 503, 504, no connection)."""
+    if isinstance(error, APIConnectionError):
+        return True
+    return isinstance(error, APIStatusError) and error.status in RETRYABLE_STATUSES
 
 
 def _poll(request: Request[T], deadline: Optional[float]) -> Operation[T]:
@@ -180,6 +204,41 @@ def _poll(request: Request[T], deadline: Optional[float]) -> Operation[T]:
     except WaitTimeoutError as passed:
         raise _DeadlinePassed() from passed.__cause__
     return answer
+
+
+def _read_record(get: Callable[[], Request[R]], deadline: Optional[float], delays: Iterable[float],
+                 what: str) -> Operation[R]:
+    """The record, polled until a poll answers: one that fails with a ``retryable`` error is
+    logged (a warning on the ``sensorium`` logger) and made again after the next of ``delays``,
+    until ``deadline`` (then ``_DeadlinePassed`` from that error) or, with no deadline, until
+    the polls have failed for ``GIVE_UP_AFTER_FAILING_FOR`` (then that error). Any other failure
+    is raised at once."""
+    pauses = iter(delays)
+    failing_since: Optional[float] = None
+    while True:
+        try:
+            record: R = yield from _poll(get(), deadline)
+            return record
+        except APIError as error:
+            if not retryable(error):
+                raise
+            now = time.monotonic()
+            if failing_since is None:
+                failing_since = now
+            remaining = None if deadline is None else deadline - now
+            if remaining is not None and remaining <= 0:
+                raise _DeadlinePassed() from error
+            if remaining is None and now - failing_since >= GIVE_UP_AFTER_FAILING_FOR:
+                raise
+            pause = next(pauses)
+            # A server that says when to come back (429/503 `Retry-After`) is taken at its word,
+            # up to the stretch a wait without timeout gives failing polls.
+            if isinstance(error, APIStatusError) and error.retry_after is not None:
+                pause = min(max(pause, error.retry_after), GIVE_UP_AFTER_FAILING_FOR)
+            if remaining is not None:
+                pause = min(pause, remaining)
+            _log.warning("%s: polling its record failed (%s); polling again in %.1fs", what, error, pause)
+            yield Sleep(pause)
 
 
 def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], Request[list[AgentLog]]]],
@@ -197,7 +256,11 @@ def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], R
     record is read again for a while (``FAILED_RECORD_SECONDS``) so the failure carries the failed
     record and its own error. ``timeout`` bounds
     the polls' retries too; when it passes, ``WaitTimeoutError`` (from the last poll's error, if
-    one failed)."""
+    one failed). A record poll that fails with a retryable error (5xx, 429, no connection), once
+    the client's retries are spent, is logged as a warning and made again at the next poll
+    interval while the timeout allows; without a timeout, until the polls have failed for
+    ``GIVE_UP_AFTER_FAILING_FOR`` seconds in a row, and then that failure is raised. Any other
+    failure (400, 401, 404...) is raised at once."""
     check_timeout(timeout)
     flag(progress, "progress")
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -208,7 +271,7 @@ def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], R
     record: Any = None
     status = ""
     try:
-        record = yield from _poll(get(), deadline)
+        record = yield from _read_record(get, deadline, delays, what)
         round_number = 0
         while True:
             round_number += 1
@@ -243,16 +306,16 @@ def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], R
                     # The status is the wait's signal; the logs only see a lagging end sooner. A
                     # logs poll that failed (after its retries) makes this round read the record
                     # instead, so while the logs keep failing the wait goes on from the status
-                    # alone (ending when the record shows the end), and a failing record poll is
-                    # raised as ever.
+                    # alone (ending when the record shows the end); a failing record poll is
+                    # made again or raised as `_read_record` says.
                     pass
                 else:
                     ended = ended_in(logs)
                     if ended is None:
                         continue
-            record = yield from _poll(get(), deadline)
+            record = yield from _read_record(get, deadline, delays, what)
     except _DeadlinePassed as passed:
-        raise _timed_out(what, status, timeout, record) from passed.__cause__
+        raise _timed_out(what, status, timeout, record, passed.__cause__) from passed.__cause__
     finally:
         bar.close()
 
@@ -300,6 +363,16 @@ def check_timeout(timeout: Any) -> None:
                                    "limit", argument="timeout")
 
 
-def _timed_out(what: str, status: str, timeout: Optional[float], record: Any) -> WaitTimeoutError:
+def _timed_out(what: str, status: str, timeout: Optional[float], record: Any,
+               cause: Optional[BaseException] = None) -> WaitTimeoutError:
+    # A failing poll whose `Retry-After` reaches past the deadline ends the wait before its time
+    # is up (the core does not wait past it): the message says so, rather than claim the whole
+    # timeout went by.
+    retry_after = getattr(cause, "retry_after", None)
+    if retry_after is not None:
+        return WaitTimeoutError(
+            f"{what} is still {status or 'unfinished'}: the platform answered a poll with {getattr(cause, 'status', '?')} "
+            f"and asked to be polled again in {retry_after:g}s, past the wait's timeout of {timeout}s; it goes on on "
+            "the platform (wait again later, or cancel it)", record=record)
     return WaitTimeoutError(f"{what} is still {status or 'unfinished'} after {timeout}s; it goes on on the platform "
                             "(wait again, or cancel it)", record=record)

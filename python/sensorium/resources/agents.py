@@ -518,7 +518,10 @@ class Instances(Resource):
         that fails leaves the wait to the status). A failed run raises ``AgentRunError`` with the
         agent, its error and its last log lines; when the logs show the failure before the record
         does, the record is read again for up to 10 s, and if it still lags the error is the
-        failure's log line. ``timeout`` raises ``WaitTimeoutError``.
+        failure's log line. ``timeout`` raises ``WaitTimeoutError``. A status poll that fails with
+        a retryable error (5xx, 429, no connection) once the client's retries are spent is logged
+        as a warning and made again while ``timeout`` allows (without one, until five minutes of
+        nothing but failed polls); any other error (400, 401, 404...) is raised at once.
 
         >>> agent = client.agents.instances.wait(run.id, timeout=600, progress=True)  # doctest: +SKIP
         """
@@ -616,6 +619,7 @@ class Evals(Resource):
 
     def wait(self, eval_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
         """Waits until the evaluation ends; returns the final ``Eval`` (``AgentRunError`` if failed).
+        Failing polls are made again as ``instances.wait`` says.
 
         >>> ev = client.agents.evals.wait(ev.id, timeout=600)  # doctest: +SKIP
         >>> ev.metrics_report["targets"]["state"]["class_names"]  # doctest: +SKIP
@@ -720,7 +724,7 @@ class Optimizations(Resource):
 
     def wait(self, optimization_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
         """Waits until the optimization ends; returns the final ``Optimization`` (``AgentRunError``
-        if it failed).
+        if it failed). Failing polls are made again as ``instances.wait`` says.
 
         >>> client.agents.optimizations.wait(opt.id, timeout=1800).status  # doctest: +SKIP
         'completed'

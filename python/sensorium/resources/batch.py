@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import builtins
+import time
 from typing import Any, Mapping, Optional
 
 from .._arguments import StrPath, flag, folder, mapping, string, text
@@ -21,8 +22,8 @@ from .._endpoints import (
     CollectList, ListRequest, Operation, Request, Resource, Runner, awaited, query, segment, warn_caller,
 )
 from .._progress import ProgressCallback
-from .._waiting import canceling, wait_for
-from ..errors import InvalidArgumentError, JobFailedError, SensoriumError
+from .._waiting import canceling, check_timeout, wait_for
+from ..errors import InvalidArgumentError, JobFailedError, NotFoundError, SensoriumError, WaitTimeoutError
 from ..types import AgentLog, BatchEvent, BatchJob, BatchOutput, FileRecord, Pipeline
 from .fine_tuning import job_status
 
@@ -248,14 +249,19 @@ class Jobs(Resource):
         """
         return self._drive(self._failed_inputs(job_id))
 
-    def _failed_inputs(self, job_id: str) -> Operation[builtins.list[dict[str, Any]]]:
-        events: builtins.list[BatchEvent] = yield CollectList(ListRequest(self._path(job_id, "/events"), BatchEvent.from_dict,
-                                                                 {"level": "FAILED"}, cursor_param=CURSOR))
+    def _failed_inputs(self, job_id: str, deadline: Optional[float] = None) -> Operation[builtins.list[dict[str, Any]]]:
+        events: builtins.list[BatchEvent] = yield CollectList(
+            ListRequest(self._path(job_id, "/events"), BatchEvent.from_dict, {"level": "FAILED"}, cursor_param=CURSOR),
+            deadline)
         return [{"input_id": e.input_id, "message": e.message} for e in events if e.input_id]
 
     def wait(self, job_id: str, *, timeout: Optional[float] = None, progress: bool = False) -> Any:
         """Waits until the job ends and returns its record. ``FAILED`` raises ``JobFailedError``; a
-        ``COMPLETED`` job with failed inputs warns (``failed_inputs`` lists them).
+        ``COMPLETED`` job with failed inputs warns (``failed_inputs`` lists them). That check reads
+        the job's events within what is left of ``timeout``; when they cannot be read (a platform
+        before 1.1.0 has none, the feed fails or is too slow) the record is still returned, with a
+        warning that its failed inputs could not be checked and why. A poll that fails with a
+        retryable error (5xx, 429, no connection) is logged and made again while ``timeout`` allows.
 
         >>> client.batch.jobs.wait(job.id, timeout=3600).status  # doctest: +SKIP
         'COMPLETED'
@@ -264,11 +270,29 @@ class Jobs(Resource):
         return self._drive(self._wait(job_id, timeout, progress))
 
     def _wait(self, job_id: str, timeout: Optional[float], progress: bool) -> Operation[BatchJob]:
+        check_timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
         job: BatchJob = yield from wait_for(lambda: Request("GET", self._path(job_id), cast=BatchJob.from_dict), None,
                                             timeout, progress, f"batch job {job_id}", status_of=job_status,
                                             failure=batch_failure)
-        if job_status(job) == "completed":
-            failed: builtins.list[dict[str, Any]] = yield from self._failed_inputs(job_id)
+        if job_status(job) != "completed":
+            return job
+        # The check only adds a warning to a job that did complete: none of its failures (a 404
+        # from a platform without batch events, a failing or slow feed, the wait's timeout running
+        # out) may take the record's place. A cancellation (Ctrl-C, asyncio) is no
+        # SensoriumError and still ends the wait.
+        try:
+            failed: builtins.list[dict[str, Any]] = yield from self._failed_inputs(job_id, deadline)
+        except SensoriumError as unread:
+            if isinstance(unread, WaitTimeoutError) or (deadline is not None and time.monotonic() >= deadline):
+                why = f"the wait's timeout ran out while its events were read ({unread.__cause__ or unread})"
+            elif isinstance(unread, NotFoundError):
+                why = f"its events could not be read; batch events need platform 1.1.0 or later ({unread})"
+            else:
+                why = f"its events could not be read ({unread})"
+            warn_caller(f"batch job {job_id} completed, but its failed inputs could not be checked: {why}; "
+                        "client.batch.jobs.failed_inputs(job_id) lists them")
+        else:
             if failed:
                 warn_caller(f"batch job {job_id} completed with {len(failed)} failed input(s); "
                             "client.batch.jobs.failed_inputs(job_id) lists them")
