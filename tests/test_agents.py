@@ -191,7 +191,7 @@ def _control(emu: Emulator, route: str, body: Any) -> Any:
 def test_job_controls_work_over_http_for_an_emulator_in_another_process(agents_emu):
     set_up = _control(agents_emu, "fail_next_job", {"kind": "agent", "error": "worker lost"})
     assert set_up.status == 200
-    assert set_up.json() == {"kind": "agent", "error": "worker lost", "failed_inputs": []}
+    assert set_up.json() == {"kind": "agent", "error": "worker lost", "failed_inputs": [], "outcome": None}
     bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
     with agents_emu.client() as client:
         started = client.agents.bundles.run(bundle.id, file_id)
@@ -204,7 +204,7 @@ def test_job_controls_work_over_http_for_an_emulator_in_another_process(agents_e
         assert client.agents.instances.get(started.id).status == "running", "the record lags, as asked over HTTP"
 
     planned = _control(agents_emu, "fail_next_job", {"kind": "batch", "failed_inputs": ["a.csv", "b.csv"]})
-    assert planned.json() == {"kind": "batch", "error": None, "failed_inputs": ["a.csv", "b.csv"]}
+    assert planned.json() == {"kind": "batch", "error": None, "failed_inputs": ["a.csv", "b.csv"], "outcome": None}
 
 
 @pytest.mark.parametrize(
@@ -834,3 +834,154 @@ def test_optimization_wait_feeds_the_bar_with_its_trials(agents_emu, run, monkey
     (bar,) = bars
     assert bar.counts[-1] == (3, 3, "completed") and bar.closed
     assert all(total == 3 for _, total, _ in bar.counts)
+
+
+
+def _on(client_kind: str, emu: Emulator) -> Callable[..., Any]:
+    return lambda operation: run_on(client_kind, operation, api_key=emu.api_key, base_url=emu.base_url)
+
+
+def test_the_answers_of_cancel_pause_and_resume_do_not_lag(client_kind):
+    """The status lag delays what reads of a run that ended by itself say; the answer to a
+    cancel said `running` (the spec: cancel returns the agent, status `canceled`)."""
+    with Emulator(work_duration=30) as emu:
+        call = _on(client_kind, emu)
+        bundle, file_id = _osm_bundle(emu), _upload(emu)
+        emu.lag_agent_status(30)
+        started = call(lambda c: c.agents.bundles.run(bundle.id, file_id))
+        assert call(lambda c: c.agents.instances.pause(started.id)).status == "paused"
+        assert call(lambda c: c.agents.instances.resume(started.id)).status == "running"
+        answer = call(lambda c: c.agents.instances.cancel(started.id))
+        assert answer.status == "canceled" and answer.completed_at, answer.to_dict()
+        # The caller ended it: reads say so at once, as the answer did.
+        assert call(lambda c: c.agents.instances.get(started.id)).status == "canceled"
+        assert call(lambda c: c.agents.instances.wait(started.id, timeout=10)).status == "canceled"
+
+
+MODE_CSV = "time,a,mode\n" + "".join(f"{i},{i % 13},{'idle' if i < 50 else 'running'}\n" for i in range(100))
+
+
+def test_an_eval_example_takes_its_labels_from_ground_truth(agents_emu, run):
+    """CHOICES: labels come from `ground_truth` ({"state": {"from": {"column": ...}}}, as the
+    wire notes show it) or from a `state` column; ground_truth was ignored, so the eval failed
+    "no labels"."""
+    file_id = _upload(agents_emu, "mode.csv", MODE_CSV)
+    truth = {"state": {"from": {"column": "mode"}}}
+    evaluation = run(lambda c: c.agents.evals.create("osm", [{"inputs": [file_id], "ground_truth": truth}]))
+    done = run(lambda c: c.agents.evals.wait(evaluation.id, timeout=30))
+    assert {"idle", "running"} <= set(done.metrics_report["targets"]["state"]["class_names"])
+    assert [e["status"] for e in run(lambda c: c.agents.evals.examples(evaluation.id))] == ["completed"]
+    # A column the CSV does not have fails that example, naming the column.
+    missing = {"inputs": [file_id], "ground_truth": {"state": {"from": {"column": "phase"}}}}
+    evaluation = run(lambda c: c.agents.evals.create("osm", [{"inputs": [file_id], "ground_truth": truth}, missing]))
+    assert run(lambda c: c.agents.evals.wait(evaluation.id, timeout=30)).status == "completed"
+    examples = run(lambda c: c.agents.evals.examples(evaluation.id))
+    assert [e["status"] for e in examples] == ["completed", "failed"]
+    assert "phase" in examples[1]["error"], examples[1]
+
+
+def test_a_sink_naming_the_runs_own_source_is_refused_when_the_run_is_made(agents_emu, run, tmp_path):
+    """The run's output silently replaced its own input file. Now that run is refused (409
+    file_already_exists, as an upload of a taken name is) and the file keeps its content; a sink
+    written by one run is replaced by the next run's output."""
+    file_id = _upload(agents_emu, "pump.csv")
+    bundle = _osm_bundle(agents_emu)
+    with pytest.raises(ConflictError) as info:
+        run(lambda c: c.agents.bundles.run(bundle.id, file_id, sink="pump.csv"))
+    assert info.value.code == "file_already_exists" and "pump.csv" in str(info.value)
+    assert run(lambda c: c.agents.instances.list()) == [], "no run was made"
+    run(lambda c: c.files.download("pump.csv", tmp_path / "after.csv"))
+    assert (tmp_path / "after.csv").read_text() == CSV
+    for _ in range(2):
+        started = run(lambda c: c.agents.bundles.run(bundle.id, file_id, sink="states.csv"))
+        assert run(lambda c: c.agents.instances.wait(started.id, timeout=30)).status == "completed"
+    assert [f.file_id for f in run(lambda c: c.files.list())].count("states.csv") == 1
+
+
+def test_two_planned_failures_of_one_kind_fail_two_jobs_in_order(agents_emu, run):
+    """The second fail_next_job() replaced the first: only one run failed."""
+    bundle, file_id = _osm_bundle(agents_emu), _upload(agents_emu)
+    agents_emu.fail_next_job("agent", error="first failure")
+    agents_emu.fail_next_job("agent", error="second failure")
+    ends = []
+    for _ in range(3):
+        started = run(lambda c: c.agents.bundles.run(bundle.id, file_id))
+        try:
+            ends.append(run(lambda c: c.agents.instances.wait(started.id, timeout=30)).status)
+        except AgentRunError as e:
+            ends.append(e.error)
+    assert ends == ["first failure", "second failure", "completed"]
+
+
+def test_a_run_paused_while_queued_starts_only_once_resumed():
+    """A pause during admission left the run to log job.admitted and job.started (and get a
+    started_at) after job.paused."""
+    with Emulator(work_duration=0.2) as emu:
+        bundle, file_id = _osm_bundle(emu), _upload(emu)
+        with emu.client() as client:
+            started = client.agents.bundles.run(bundle.id, file_id)
+            client.agents.instances.pause(started.id)
+            time.sleep(0.5)  # ample for the old executor to admit and start it
+            paused = client.agents.instances.get(started.id)
+            events = [log.event_type for log in client.agents.instances.logs(started.id)][::-1]
+            assert paused.status == "paused"
+            if events.index("job.paused") == 0:  # paused before it was admitted (the usual case)
+                assert events == ["job.paused"] and paused.started_at is None, (events, paused.started_at)
+            else:  # the pause came late: it had started already, and nothing followed the pause
+                assert events[-1] == "job.paused", events
+            client.agents.instances.resume(started.id)
+            assert client.agents.instances.wait(started.id, timeout=30).status == "completed"
+            events = [log.event_type for log in client.agents.instances.logs(started.id)][::-1]
+            after_resume = events[events.index("job.resumed"):]
+            assert after_resume[-1] == "job.completed"
+            assert "job.started" in events and events.index("job.started") != events.index("job.paused") + 1
+
+
+def test_ended_optimizations_and_evals_count_consistently(client_kind):
+    """A canceled optimization counted its canceled trial nowhere and every trial `pending`
+    for ever (its cancel's answer still one `running`); a failed one kept trials `pending`; an
+    eval failed by fail_next_job listed its example as completed with metrics."""
+    labelled = "time,a,state\n" + "".join(f"{i},{i % 7},{'idle' if i < 50 else 'run'}\n" for i in range(100))
+    with Emulator(work_duration=30) as emu:
+        call = _on(client_kind, emu)
+        file_id = _upload(emu, "lab.csv", labelled)
+        opt = call(lambda c: c.agents.optimizations.create("osm", objective="accuracy", validation_examples=[file_id],
+                                                           max_trials=3))
+        deadline = time.monotonic() + 30
+        while not any(t.status == "running" for t in call(lambda c: c.agents.optimizations.trials(opt.id))):
+            assert time.monotonic() < deadline, "the first trial never started"
+            time.sleep(0.02)
+        answer = call(lambda c: c.agents.optimizations.cancel(opt.id))
+        ended = {"pending": 0, "running": 0, "completed": 0, "failed": 0, "canceled": 1}
+        assert answer.status == "canceled" and answer.progress == ended, answer.progress
+        assert call(lambda c: c.agents.optimizations.get(opt.id)).progress == ended
+    with Emulator(work_duration=0.2) as emu:
+        call = _on(client_kind, emu)
+        file_id = _upload(emu, "lab.csv", labelled)
+        emu.fail_next_job("optimization", error="boom")
+        opt = call(lambda c: c.agents.optimizations.create("osm", objective="accuracy", validation_examples=[file_id],
+                                                           max_trials=3))
+        with pytest.raises(AgentRunError):
+            call(lambda c: c.agents.optimizations.wait(opt.id, timeout=30))
+        failed = call(lambda c: c.agents.optimizations.get(opt.id))
+        assert failed.progress == {"pending": 0, "running": 0, "completed": 0, "failed": 1, "canceled": 0}
+        opt = call(lambda c: c.agents.optimizations.create("osm", objective="accuracy", validation_examples=[file_id],
+                                                           max_trials=2))
+        done = call(lambda c: c.agents.optimizations.wait(opt.id, timeout=30))
+        assert done.progress == {"pending": 0, "running": 0, "completed": 2, "failed": 0, "canceled": 0}
+        emu.fail_next_job("eval", error="eval boom")
+        evaluation = call(lambda c: c.agents.evals.create("osm", [file_id, file_id]))
+        with pytest.raises(AgentRunError) as info:
+            call(lambda c: c.agents.evals.wait(evaluation.id, timeout=30))
+        assert info.value.agent.metrics_report is None
+        examples = call(lambda c: c.agents.evals.examples(evaluation.id))
+        assert [(e["status"], e["error"], e["metrics"]) for e in examples] == [("failed", "eval boom", None)] * 2
+
+
+def test_work_duration_help_names_every_kind_of_job():
+    from sensorium.emulator import _parser
+
+    (action,) = [a for a in _parser()._actions if a.dest == "work_duration"]
+    assert "batch" in action.help and "fine-tuning" in action.help
+    doc = " ".join((Emulator.__init__.__doc__ or "").split())
+    assert "batch job" in doc and "fine-tuning job" in doc

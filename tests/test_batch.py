@@ -612,3 +612,40 @@ def test_the_whole_path_fine_tune_checkpoint_batch_download_read(run, batch_emu,
         assert rows[0] == "time,Prediction" and len(rows) == 1 + 16 // 4
         labels = {row.split(",")[1] for row in rows[1:]}
         assert labels == {"busy" if i % 2 else "idle"}, (path.name, labels)
+
+
+def test_planned_failures_of_one_kind_queue_each_failing_one_job():
+    """An error plan and then a failed_inputs plan for batch: the second replaced the first,
+    so the first job completed although its failure was planned."""
+    with Emulator(work_duration=0.2) as emu:
+        upload_examples(emu)
+        emu.fail_next_job("batch", error="whole job fails")
+        emu.fail_next_job("batch", failed_inputs=["pump_loud.csv"])
+        with emu.client() as c:
+            inputs = {"worker.inference": ["pump_quiet.csv", "pump_loud.csv"], "worker.n_shots": N_SHOTS}
+            first, second, third = (create_machine_state(c, inputs) for _ in range(3))
+            with pytest.raises(JobFailedError) as info:
+                c.batch.jobs.wait(first.id, timeout=30)
+            assert info.value.errors == ["whole job fails"]
+            with pytest.warns(UserWarning):
+                assert c.batch.jobs.wait(second.id, timeout=30).status == "COMPLETED"
+            (failed,) = c.batch.jobs.failed_inputs(second.id)
+            assert "pump_loud.csv" in failed["message"]
+            assert c.batch.jobs.wait(third.id, timeout=30).status == "COMPLETED"
+            assert c.batch.jobs.failed_inputs(third.id) == []
+
+
+def test_a_retry_is_a_new_execution_and_takes_the_next_plan():
+    """fail_next_job's plan goes to the next job of its kind to run, and a retry runs the job
+    again: the retried job fails, and the job made after it does not."""
+    with Emulator(work_duration=0.3) as emu:
+        upload_examples(emu)
+        with emu.client() as c:
+            old = create_machine_state(c)
+            c.batch.jobs.cancel(old.id)
+            emu.fail_next_job("batch", error="planned")
+            c.batch.jobs.retry(old.id)
+            new = create_machine_state(c)
+            with pytest.raises(JobFailedError, match="planned"):
+                c.batch.jobs.wait(old.id, timeout=30)
+            assert c.batch.jobs.wait(new.id, timeout=30).status == "COMPLETED"

@@ -187,3 +187,48 @@ def test_events_to_pandas(ft_emu, client_kind):
     operation = (lambda c: c.fine_tuning.jobs.events(job.id).to_pandas()) if client_kind == "sync" else frame_async
     frame = run_on(client_kind, operation, api_key=ft_emu.api_key, base_url=ft_emu.base_url)
     assert list(frame["type"])[0] == "job.completed" and {"id", "level", "message"} <= set(frame.columns)
+
+
+def _ended(call: Callable[..., Any], job_id: str) -> Any:
+    """The job once it has ended, whether ``wait`` returns it or raises with it (a COMPLETED job
+    whose outcome is not SUCCESS may be either, as the client decides)."""
+    try:
+        return call(lambda c: c.fine_tuning.jobs.wait(job_id, timeout=30))
+    except JobFailedError as e:
+        return e.job
+
+
+@pytest.mark.parametrize("outcome, checkpoints", [("FAILED", 0), ("PARTIAL", 1)])
+def test_a_planned_outcome_completes_the_job_with_it(ft_emu, run, outcome, checkpoints):
+    """The emulator only ever completed with outcome SUCCESS, so the spec's COMPLETED job with
+    outcome PARTIAL or FAILED ("produced nothing") could not be tested."""
+    ft_emu.fail_next_job("fine_tuning", outcome=outcome)
+    job = _ended(run, run(_create).id)
+    assert job.status == "COMPLETED" and job.outcome == outcome and job.finished_at
+    assert job.fine_tuned_model is None
+    assert len(run(lambda c: c.fine_tuning.jobs.checkpoints(job.id))) == checkpoints
+    assert _ended(run, run(_create).id).outcome == "SUCCESS", "the plan was for one job"
+
+
+@pytest.mark.parametrize("kind, plan, named", [
+    ("batch", dict(outcome="PARTIAL"), "outcome"),
+    ("agent", dict(outcome="FAILED"), "outcome"),
+    ("fine_tuning", dict(outcome="SUCCESS"), "outcome"),
+    ("fine_tuning", dict(outcome="partial"), "outcome"),
+    ("fine_tuning", dict(outcome="FAILED", error="diverged"), "error"),
+])
+def test_a_planned_outcome_is_refused_where_it_cannot_apply(ft_emu, kind, plan, named):
+    with pytest.raises(ValueError, match=named):
+        ft_emu.fail_next_job(kind, **plan)
+    reply = request(ft_emu, "POST", "/_emulator/fail_next_job", json.dumps({"kind": kind, **plan}).encode(), key=None)
+    assert reply.status == 400 and named in reply.raw.decode(), "the control route refuses it too"
+    with ft_emu.client() as client:  # nothing was planned
+        assert client.fine_tuning.jobs.wait(_create(client).id, timeout=30).outcome == "SUCCESS"
+
+
+def test_a_planned_outcome_over_http(ft_emu):
+    reply = request(ft_emu, "POST", "/_emulator/fail_next_job",
+                    json.dumps({"kind": "fine_tuning", "outcome": "PARTIAL"}).encode(), key=None)
+    assert reply.status == 200 and reply.json()["outcome"] == "PARTIAL"
+    with ft_emu.client() as client:
+        assert _ended(lambda op: op(client), _create(client).id).outcome == "PARTIAL"

@@ -78,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
         "'default' adds the whole default catalogue",
     )
     p.add_argument("--work-duration", type=float, default=None,
-                   help="seconds each job (agent run, evaluation, optimization trial) spends running (default 0.2)")
+                   help="seconds each job (agent run, evaluation, optimization trial, batch job, fine-tuning "
+                   "job) spends running (default 0.2)")
     p.add_argument("--page-size", type=int, default=None, help="default page size of every list (default 100)")
     p.add_argument("--session-ttl-sec", type=float, default=None,
                    help="seconds without events after which a lens session expires (default 86400)")

@@ -32,9 +32,12 @@ from sensorium._core import EmulatorServer
 if TYPE_CHECKING:
     from sensorium import AsyncClient, Client
 
-__all__ = ["Emulator", "RecordedRequest", "FaultActionName", "ModelSpec", "RoleName", "LensStatusStyle", "DEFAULT_MODELS"]
+__all__ = ["Emulator", "RecordedRequest", "FaultActionName", "ModelSpec", "RoleName", "LensStatusStyle",
+           "PlannedOutcome", "DEFAULT_MODELS"]
 
 FaultActionName = Literal["reset", "stall", "truncate"]
+#: The ``outcome`` a planned fine-tuning job completes with (``fail_next_job(..., outcome=)``).
+PlannedOutcome = Literal["PARTIAL", "FAILED"]
 RoleName = Literal["member", "admin", "super_admin"]
 LensStatusStyle = Literal["enum", "number"]
 
@@ -122,7 +125,8 @@ class Emulator:
         """``upload_part_size`` (bytes, default 400 MiB as live) and ``upload_url_ttl``
         (seconds, default 3600) shape the direct-to-cloud upload; tests use a few MiB so that
         small files span several parts. ``models``: see the class docstring. ``work_duration`` is
-        the seconds every job (agent run, evaluation, optimization trial) spends running;
+        the seconds every job (agent run, evaluation, optimization trial, batch job, fine-tuning
+        job) spends running;
         ``page_size`` the default page size of every list (small values give several pages);
         ``list_style`` how the batch lists page: ``"cursor"`` (``{data, has_more, next_cursor}``,
         releases from 1.1.11) or ``"offset"`` (``{total, offset, limit, <entity>: [...]}``, before).
@@ -329,27 +333,40 @@ class Emulator:
         self._server.clear_faults()
 
     def fail_next_job(self, kind: str, *, error: Optional[str] = None,
-                      failed_inputs: Optional[Sequence[str]] = None) -> None:
-        """The next job of ``kind`` (``"agent"``, ``"batch"``, ``"fine_tuning"``, ``"eval"``,
-        ``"optimization"``) made from now on ends failed with ``error`` (a job already running
-        is not affected); ``failed_inputs`` (a list of file ids, batch only) fail those inputs
-        while the job still completes. A plan that would fail nothing (neither given, an empty
-        ``error``, ``failed_inputs`` for a kind without inputs) is a ``ValueError`` naming the
-        argument, and a single string for ``failed_inputs`` a ``TypeError``: read as its
-        characters, it would fail no input.
+                      failed_inputs: Optional[Sequence[str]] = None,
+                      outcome: Optional[PlannedOutcome] = None) -> None:
+        """Plan the failure of the next job of ``kind`` (``"agent"``, ``"batch"``,
+        ``"fine_tuning"``, ``"eval"``, ``"optimization"``) to run from now on, a batch retry
+        included (a retry is a new execution of the job); a job already running is not affected.
+
+        ``error`` makes it end failed with that text; ``failed_inputs`` (a list of file ids, batch
+        only) fail those inputs while the job still completes; ``outcome`` (fine-tuning only,
+        ``"PARTIAL"`` or ``"FAILED"``, not with ``error``) makes it end ``COMPLETED`` with that
+        ``outcome``: ``"PARTIAL"`` with one checkpoint, ``"FAILED"`` having produced nothing (no
+        checkpoint, no metrics, a ``training_failed`` error object; ``fine_tuned_model`` null).
+
+        Plans queue: calling it twice for one kind fails the next two jobs of that kind, each
+        with its own plan, in the order planned. A plan that would fail nothing (none of the
+        three given, an empty ``error``, ``failed_inputs`` for a kind without inputs) or cannot
+        apply (``outcome`` for another kind, another value, or with ``error``) is a
+        ``ValueError`` naming the argument, and a single string for ``failed_inputs`` a
+        ``TypeError``: read as its characters, it would fail no input.
 
         Example::
 
             emu.fail_next_job("agent", error="worker lost")
             # client.agents.instances.wait(run.id) now raises AgentRunError("... worker lost")
             emu.fail_next_job("batch", failed_inputs=["pump_loud.csv"])
+            emu.fail_next_job("fine_tuning", outcome="PARTIAL")   # COMPLETED, outcome PARTIAL
         """
         inputs = None if failed_inputs is None else strings(failed_inputs, "failed_inputs")
-        self._server.fail_next_job(kind, error=error, failed_inputs=inputs)
+        self._server.fail_next_job(kind, error=error, failed_inputs=inputs, outcome=outcome)
 
     def lag_agent_status(self, seconds: float) -> None:
-        """Agent records keep saying ``running`` for ``seconds`` after their run ended, as on the
-        live service; logs and events are not delayed (``wait()`` reads the end from them).
+        """Agent records keep saying ``running`` for ``seconds`` after their run ended by itself
+        (completed or failed), as on the live service; logs and events are not delayed
+        (``wait()`` reads the end from them). The caller's own moves are not delayed: the answer
+        of ``pause``, ``resume`` and ``cancel``, and the reads after a cancel, show them at once.
 
         Example::
 

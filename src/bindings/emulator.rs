@@ -329,9 +329,9 @@ impl EmulatorServer {
         Ok(())
     }
 
-    #[pyo3(signature = (kind, *, error=None, failed_inputs=None))]
-    fn fail_next_job(&self, kind: &str, error: Option<String>, failed_inputs: Option<Vec<String>>) -> PyResult<()> {
-        self.live()?.fail_next_job(kind, error, failed_inputs.unwrap_or_default()).map_err(PyValueError::new_err)
+    #[pyo3(signature = (kind, *, error=None, failed_inputs=None, outcome=None))]
+    fn fail_next_job(&self, kind: &str, error: Option<String>, failed_inputs: Option<Vec<String>>, outcome: Option<String>) -> PyResult<()> {
+        self.live()?.fail_next_job(kind, error, failed_inputs.unwrap_or_default(), outcome).map_err(PyValueError::new_err)
     }
 
     #[pyo3(signature = (seconds))]

@@ -249,9 +249,10 @@ async fn expire_output_urls(State(shared): State<Arc<Shared>>) -> Json<Value> {
     Json(json!({ "expired": true }))
 }
 
-/// `{kind, error?, failed_inputs?}`: the next job of `kind` ends failed with `error`, or (batch)
-/// completes with `failed_inputs` failed (`Emulator.fail_next_job`). The executor refuses a plan
-/// that would fail nothing, here as from Python.
+/// `{kind, error?, failed_inputs?, outcome?}`: the next job of `kind` ends failed with `error`,
+/// or (batch) completes with `failed_inputs` failed, or (fine_tuning) completes with `outcome`
+/// (`PARTIAL`, `FAILED`) (`Emulator.fail_next_job`). Plans of one kind queue, each for one job.
+/// The executor refuses a plan that would fail nothing, here as from Python.
 async fn fail_next_job(State(shared): State<Arc<Shared>>, body: bytes::Bytes) -> Result<Json<Value>, ApiError> {
     let m = object(&body)?;
     let kind = m
@@ -259,6 +260,7 @@ async fn fail_next_job(State(shared): State<Arc<Shared>>, body: bytes::Bytes) ->
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::invalid_request("'kind' is required: a string."))?;
     let error = optional_string(&m, "error")?;
+    let outcome = optional_string(&m, "outcome")?;
     let not_ids = || ApiError::invalid_request("'failed_inputs' must be a list of file ids (strings).");
     let failed_inputs: Vec<String> = match m.get("failed_inputs") {
         None | Some(Value::Null) => Vec::new(),
@@ -267,8 +269,8 @@ async fn fail_next_job(State(shared): State<Arc<Shared>>, body: bytes::Bytes) ->
         }
         Some(_) => return Err(not_ids()),
     };
-    let answer = json!({ "kind": kind, "error": error, "failed_inputs": failed_inputs });
-    shared.jobs.fail_next(kind, Failure { error, failed_inputs }).map_err(ApiError::invalid_request)?;
+    let answer = json!({ "kind": kind, "error": error, "failed_inputs": failed_inputs, "outcome": outcome });
+    shared.jobs.fail_next(kind, Failure { error, failed_inputs, outcome }).map_err(ApiError::invalid_request)?;
     Ok(Json(answer))
 }
 

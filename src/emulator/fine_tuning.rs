@@ -21,7 +21,7 @@ use serde_json::{json, Map, Value};
 use super::agents::store::type_id;
 use super::api_error::ApiError;
 use super::auth;
-use super::jobs::{Control, Job};
+use super::jobs::{Control, Failure, Job};
 use super::paging::{page, Params};
 use super::state::Shared;
 
@@ -446,9 +446,9 @@ impl Job for TuningJob {
         }
     }
 
-    fn finish(&self, failure: Option<String>, _: Vec<String>) {
+    fn finish(&self, plan: Failure) {
         self.with(|j| {
-            if let Some(error) = failure {
+            if let Some(error) = plan.error {
                 if j.apply(Move::Fail).is_ok() {
                     j.json["errors"] = json!([{"code": "training_failed", "message": error, "suggestion": null, "error_uid": super::api_error::error_uid()}]);
                     j.json["finished_at"] = json!(unix_now());
@@ -459,8 +459,17 @@ impl Job for TuningJob {
             if j.apply(Move::Complete).is_err() {
                 return;
             }
-            // Three checkpoints along a falling loss.
-            for (i, step) in [10u64, 20, 30].iter().enumerate() {
+            // Three checkpoints along a falling loss; a planned outcome (`fail_next_job(...,
+            // outcome=)`) gives the spec's other outcomes of a COMPLETED job: PARTIAL stops
+            // after the first checkpoint, FAILED produced nothing (no checkpoint, no metrics).
+            // `fine_tuned_model` stays null either way: a model is named only on promotion.
+            let outcome = plan.outcome.unwrap_or_else(|| "SUCCESS".to_string());
+            let steps: &[u64] = match outcome.as_str() {
+                "FAILED" => &[],
+                "PARTIAL" => &[10],
+                _ => &[10, 20, 30],
+            };
+            for (i, step) in steps.iter().enumerate() {
                 let loss = 1.0 / (1.0 + *step as f64 / 10.0);
                 let accuracy = 1.0 - loss / 2.0;
                 j.metrics.push(json!({"step": step, "loss": loss, "accuracy": accuracy}));
@@ -468,9 +477,18 @@ impl Job for TuningJob {
                                           "metrics": {"loss": loss, "accuracy": accuracy}, "created_at": unix_now()}));
                 j.event("INFO", "checkpoint.created", format!("Checkpoint {} at step {step}.", i + 1), Some(0));
             }
-            j.json["outcome"] = json!("SUCCESS");
             j.json["finished_at"] = json!(unix_now());
-            j.event("SUCCESS", "job.completed", "Job completed.".into(), None);
+            match outcome.as_str() {
+                "FAILED" => {
+                    // The spec: errors hold platform error objects "when failed".
+                    j.json["errors"] = json!([{"code": "training_failed", "message": "Training produced nothing (outcome FAILED).",
+                                               "suggestion": null, "error_uid": super::api_error::error_uid()}]);
+                    j.event("FAILED", "job.completed", "Job completed with outcome FAILED: it produced nothing.".into(), None);
+                }
+                "PARTIAL" => j.event("WARN", "job.completed", "Job completed with outcome PARTIAL: training stopped early.".into(), None),
+                _ => j.event("SUCCESS", "job.completed", "Job completed.".into(), None),
+            }
+            j.json["outcome"] = json!(outcome);
         });
     }
 }

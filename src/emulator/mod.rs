@@ -149,10 +149,12 @@ impl Emulator {
         self.inner.shared.fail_queries(error_msg, times);
     }
 
-    /// The next job of `kind` (`agent`, `batch`, `fine_tuning`, `eval`, `optimization`) ends
-    /// failed with `error`, or (batch) completes with `failed_inputs` failed.
-    pub fn fail_next_job(&self, kind: &str, error: Option<String>, failed_inputs: Vec<String>) -> Result<(), String> {
-        self.inner.shared.jobs.fail_next(kind, jobs::Failure { error, failed_inputs })
+    /// A job of `kind` (`agent`, `batch`, `fine_tuning`, `eval`, `optimization`) ends failed with
+    /// `error`, or (batch) completes with `failed_inputs` failed, or (fine_tuning) completes with
+    /// `outcome` (`PARTIAL`, `FAILED`). Plans of one kind queue: each fails the next job of that
+    /// kind to run (a batch retry included), in order.
+    pub fn fail_next_job(&self, kind: &str, error: Option<String>, failed_inputs: Vec<String>, outcome: Option<String>) -> Result<(), String> {
+        self.inner.shared.jobs.fail_next(kind, jobs::Failure { error, failed_inputs, outcome })
     }
 
     /// Agent records keep saying `running` this long after their run ended (logs are not delayed).

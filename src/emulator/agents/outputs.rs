@@ -15,8 +15,9 @@ const DEFAULT_STATES: &[&str] = &["idle", "running", "loaded", "fault"];
 const DEFAULT_WINDOW: usize = 16;
 
 /// A CSV read as the stand-ins need it: a timestamp per row (the first column named like a time,
-/// else the row number), the numeric values of every other column, and the `state` column when
-/// there is one (evaluation labels).
+/// else the row number), the numeric values of every other column, and the labels of an
+/// evaluation: the `state` (or `label`) column when there is one, or the column an example's
+/// `ground_truth` names (`read_labelled_csv`).
 pub(crate) struct Table {
     pub timestamps: Vec<String>,
     pub values: Vec<Vec<f64>>,
@@ -24,11 +25,24 @@ pub(crate) struct Table {
 }
 
 pub(crate) fn read_csv(bytes: &[u8]) -> Table {
+    // Without a named label column nothing can be missing: never an error.
+    read_labelled_csv(bytes, None).unwrap_or(Table { timestamps: vec![], values: vec![], labels: None })
+}
+
+/// `read_csv` with the labels in `label_column` (an evaluation example's `ground_truth` names
+/// it; matched as the header is, without case) rather than in `state` or `label`. A column the
+/// CSV does not have is an error naming it and the columns there are.
+pub(crate) fn read_labelled_csv(bytes: &[u8], label_column: Option<&str>) -> Result<Table, String> {
     let text = String::from_utf8_lossy(bytes);
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
     let header: Vec<String> = lines.next().unwrap_or("").split(',').map(|h| h.trim().to_ascii_lowercase()).collect();
-    let time_col = header.iter().position(|h| h.contains("time"));
-    let label_col = header.iter().position(|h| h == "state" || h == "label");
+    let label_col = match label_column {
+        Some(name) => Some(header.iter().position(|h| *h == name.trim().to_ascii_lowercase()).ok_or_else(|| {
+            format!("the CSV has no column {name:?} (ground_truth names it); its columns are {}", header.join(", "))
+        })?),
+        None => header.iter().position(|h| h == "state" || h == "label"),
+    };
+    let time_col = (0..header.len()).find(|&i| header[i].contains("time") && Some(i) != label_col);
     let mut table = Table { timestamps: vec![], values: vec![], labels: label_col.map(|_| vec![]) };
     for (row, line) in lines.enumerate() {
         let cells: Vec<&str> = line.split(',').map(str::trim).collect();
@@ -44,7 +58,7 @@ pub(crate) fn read_csv(bytes: &[u8]) -> Table {
             labels.push(cells.get(c).unwrap_or(&"").to_string());
         }
     }
-    table
+    Ok(table)
 }
 
 fn window_size(values: &Value) -> usize {
@@ -223,5 +237,18 @@ mod tests {
         let (_, manual) = result_for("mga", "agt_1", &json!({}), "v.mp4", b"video bytes");
         let parsed: Value = serde_json::from_slice(&manual).unwrap();
         assert!(parsed["results"].as_array().unwrap().iter().all(|s| !s["instruction"].as_str().unwrap().is_empty()));
+    }
+
+    #[test]
+    fn labels_come_from_the_named_column_or_from_state() {
+        let csv = b"Time,a,Mode,state\n1,0.5,idle,x\n2,0.7,running,y\n";
+        let named = read_labelled_csv(csv, Some("mode")).unwrap();
+        assert_eq!(named.labels.as_deref(), Some(&["idle".to_string(), "running".to_string()][..]));
+        assert_eq!(named.values[0], [0.5, 0.0], "the label column is no channel; `state` is one then");
+        assert_eq!(named.timestamps, ["1", "2"]);
+        assert_eq!(read_csv(csv).labels.as_deref(), Some(&["x".to_string(), "y".to_string()][..]));
+        let missing = read_labelled_csv(csv, Some("phase")).err().unwrap_or_default();
+        assert!(missing.contains("\"phase\"") && missing.contains("mode"), "{missing}");
+        assert!(read_csv(b"t,a\n1,2\n").labels.is_none());
     }
 }

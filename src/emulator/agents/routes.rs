@@ -3,7 +3,10 @@
 //! Choices where the spec shows only placeholders: 403 is `forbidden`, 409 `conflict`, 404
 //! `not_found` (with the spec's messages 'Agent not found.' and 'Bundle not found.'); deletes
 //! answer 204 with no body; a run whose `file` source is missing answers 404 `file_not_found`;
-//! a blueprint with bundles of the organization pinned to it cannot be deleted (409).
+//! a blueprint with bundles of the organization pinned to it cannot be deleted (409); a run
+//! whose `file` sink names one of its own sources answers 409 `file_already_exists` (the
+//! spec's code for an upload of a taken name) and is not made; any other file of the sink's
+//! name is replaced by the run's output.
 
 use std::sync::Arc;
 
@@ -430,6 +433,21 @@ async fn run_bundle(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(
             return Err(ApiError::file_not_found(file));
         }
     }
+    // The spec is silent on a sink named like an existing file. A sink is where a run's output
+    // goes, so an earlier output of that name is replaced (a run repeated with one sink keeps
+    // its output current); but a sink naming one of the run's own sources would destroy the
+    // data the run reads, so that run is refused up front (409, the spec's code for a name
+    // that is taken) and the caller picks another sink.
+    if let Some(file) = sink.get("id").and_then(Value::as_str).filter(|_| sink["type"] == json!("file")) {
+        if sources.iter().any(|source| source["type"] == json!("file") && source["id"].as_str() == Some(file)) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "file_already_exists",
+                format!("The sink '{file}' is one of the run's sources; a run does not write over its own input."),
+            )
+            .with_suggestion("Give the run another sink name."));
+        }
+    }
     let lag = *shared.agents.lag.lock();
     let mut store = shared.agents.store.lock();
     let bundle = store.bundle(&who.org, &id).cloned().ok_or_else(|| not_found("Bundle"))?;
@@ -491,7 +509,10 @@ async fn get_instance(State(shared): State<Arc<Shared>>, headers: HeaderMap, Pat
     ok(StatusCode::OK, record)
 }
 
-/// Pause, resume and cancel: the move the state table allows, or its 409.
+/// Pause, resume and cancel: the move the state table allows, or its 409. The answer (and the
+/// reads after it) show the move at once: the status lag (`lag_agent_status`) delays what reads
+/// say of a run that ended by itself, never the caller's own move, so a cancel answers
+/// `canceled` as the spec says.
 async fn move_agent(shared: Arc<Shared>, headers: HeaderMap, id: String, trigger: Trigger) -> Answer {
     let who = caller(&shared, &headers)?;
     let lag = *shared.agents.lag.lock();
@@ -505,8 +526,8 @@ async fn move_agent(shared: Arc<Shared>, headers: HeaderMap, id: String, trigger
         };
         a.log("INFO", event, message);
         if to.is_terminal() {
+            // No `ended`: the lag counts only from an end the run reached by itself.
             a.completed_at = Some(now());
-            a.ended = Some(std::time::Instant::now());
         }
         Ok(a.json(lag))
     })?;
@@ -761,7 +782,7 @@ async fn create_optimization(State(shared): State<Arc<Shared>>, headers: HeaderM
     let record = json!({
         "id": type_id("opt"), "name": text_field(&body, "name")?.unwrap_or_default(), "blueprint_id": blueprint_id,
         "objective": objective, "budget": {"max_trials": max_trials}, "status": "running",
-        "progress": {"pending": max_trials, "running": 0, "completed": 0, "failed": 0},
+        "progress": {"pending": max_trials, "running": 0, "completed": 0, "failed": 0, "canceled": 0},
         "validation_examples": validation, "training_examples": training,
         "calibration_examples": calibration,
         "search_space": body.get("search_space"), "overrides": body.get("overrides"), "constraints": body.get("constraints"),
@@ -790,14 +811,16 @@ async fn get_optimization(State(shared): State<Arc<Shared>>, headers: HeaderMap,
 async fn cancel_optimization(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(id): Path<String>) -> Answer {
     let who = caller(&shared, &headers)?;
     let mut store = shared.agents.store.lock();
-    let answer = cancel_json(find_json(&mut store.optimizations, &who.org, &id, "Optimization")?)?;
+    cancel_json(find_json(&mut store.optimizations, &who.org, &id, "Optimization")?)?;
     // The trial under way stops with it (the executor drops a stopped job without a word).
     for (_, trial) in store.trials.iter_mut().filter(|(o, t)| *o == id && t.status().is_none_or(|s| !s.is_terminal())) {
         trial.set("status", json!(Status::Canceled.as_str()));
         trial.set("completed_at", json!(now()));
     }
     super::work::progress(&mut store, &id);
-    Ok(answer)
+    // The answer is the record as the cancel left it, trials and counts included.
+    let rec = find_json(&mut store.optimizations, &who.org, &id, "Optimization")?;
+    ok(StatusCode::OK, public(&rec.json))
 }
 
 async fn delete_optimization(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(id): Path<String>) -> Answer {

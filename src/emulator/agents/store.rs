@@ -135,7 +135,8 @@ pub(crate) struct AgentRec {
     pub logs: Vec<Value>,
     pub events: Vec<Value>,
     pub results: Vec<Value>,
-    /// When it reached a terminal status (the status lag counts from here).
+    /// When its run ended by itself, completed or failed (the status lag counts from here; a
+    /// cancel is the caller's own move and shows at once).
     pub ended: Option<Instant>,
     pub seq: u64,
     last_log: String,

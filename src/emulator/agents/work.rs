@@ -7,10 +7,10 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use super::outputs::{append, read_csv, result_for, states, windows};
+use super::outputs::{append, read_labelled_csv, result_for, states, windows};
 use super::store::{now, type_id, JsonRec};
 use super::table::{transition, Status, Trigger};
-use crate::emulator::jobs::{Control, Job};
+use crate::emulator::jobs::{Control, Failure, Job};
 use crate::emulator::state::Shared;
 
 /// The bytes of a data ref: the organization's file for a `file` ref (its name when the file is
@@ -26,13 +26,18 @@ fn read_ref(shared: &Shared, org: &str, reference: &Value) -> (String, Vec<u8>) 
     (id, bytes)
 }
 
-/// Writes `content` into the organization's files as `name` (replacing a file of that name, as a
-/// sink written by a second run is), and returns its size.
+/// Writes `content` into the organization's files as `name`, and returns its size. A file of
+/// that name is never replaced: a run never destroys data it was not given to write. A sink
+/// named like an existing file is refused when the run is made (409 `file_already_exists`, as an
+/// upload of a taken name is); one uploaded while the run ran fails the run here, naming it.
+/// (Result files without a sink carry the run's id in their name, so they meet no other file.)
 fn write_file(shared: &Shared, org: &str, name: &str, content: &[u8]) -> std::io::Result<u64> {
     let uid = uuid::Uuid::new_v4().to_string();
     let temp = shared.files.dir().join(format!("result-{uid}.part"));
     std::fs::write(&temp, content)?;
     let mime = crate::wire::files::mime_for_name(name).unwrap_or("application/octet-stream");
+    // A sink's earlier output is replaced (a sink naming the run's own source is refused when
+    // the run is made, see routes.rs `run_bundle`).
     shared.files.remove(org, name);
     match shared.files.adopt(org, name, mime, uid, &temp, content.len() as u64)? {
         Ok(_) => Ok(content.len() as u64),
@@ -95,8 +100,8 @@ impl Job for RunJob {
         }
     }
 
-    fn finish(&self, failure: Option<String>, _failed_inputs: Vec<String>) {
-        if let Some(error) = failure {
+    fn finish(&self, plan: Failure) {
+        if let Some(error) = plan.error {
             return self.end(Trigger::Fail, Some(error), Vec::new());
         }
         let Some((org, key, values, connectors)) =
@@ -150,13 +155,40 @@ impl Job for RunJob {
     }
 }
 
+/// The label column an example's `ground_truth` names for the `state` target, in the shape the
+/// platform's examples carry (`{"state": {"from": {"column": "label"}}}`); `None` without a
+/// ground truth (the CSV's own `state` or `label` column is read then). A ground truth of
+/// another shape, or for targets other than `state` only, is an error saying what is read,
+/// rather than being ignored (the emulator scores the `state` target).
+fn ground_truth_column(example: &Value) -> Result<Option<String>, String> {
+    let truth = match example.get("ground_truth") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(map)) => map,
+        Some(_) => return Err("ground_truth must be an object such as {\"state\": {\"from\": {\"column\": \"label\"}}}".into()),
+    };
+    let Some(state) = truth.get("state") else {
+        let targets: Vec<&str> = truth.keys().map(String::as_str).collect();
+        return Err(format!(
+            "ground_truth names the targets {}; the emulator scores the state target (ground_truth.state)",
+            targets.join(", ")
+        ));
+    };
+    match state.get("from").and_then(|f| f.get("column")).and_then(Value::as_str) {
+        Some(column) if !column.trim().is_empty() => Ok(Some(column.to_string())),
+        _ => Err("ground_truth.state must be {\"from\": {\"column\": <the CSV column holding the labels>}}".into()),
+    }
+}
+
 /// Class names, confusion matrix and scores of one example: windows predicted by the blueprint's
-/// stand-in against the labels of the CSV's `state` (or `label`, or the ground truth's) column.
+/// stand-in against the labels of the column the example's `ground_truth` names, or else of the
+/// CSV's `state` (or `label`) column.
 fn score_example(shared: &Shared, org: &str, example: &Value, values: &Value) -> Result<(Vec<String>, Vec<String>), String> {
     let inputs = example.get("inputs").and_then(Value::as_array).cloned().unwrap_or_default();
     let (_, bytes) = inputs.first().map(|r| read_ref(shared, org, r)).ok_or("the example has no inputs")?;
-    let table = read_csv(&bytes);
-    let labels = table.labels.clone().ok_or("no labels: the example's CSV has no state column")?;
+    let column = ground_truth_column(example)?;
+    let table = read_labelled_csv(&bytes, column.as_deref())?;
+    let labels = table.labels.clone()
+        .ok_or("no labels: the example has no ground_truth and its CSV has no state column")?;
     let names = states(values);
     let mut truth = Vec::new();
     let mut predicted = Vec::new();
@@ -245,7 +277,8 @@ impl Job for EvalJob {
         json_control(store.evals.iter().find(|e| e.id() == self.id).and_then(JsonRec::status))
     }
 
-    fn finish(&self, failure: Option<String>, _: Vec<String>) {
+    fn finish(&self, plan: Failure) {
+        let failure = plan.error;
         let Some((org, examples, primary)) = ({
             let store = self.shared.agents.store.lock();
             store.evals.iter().find(|e| e.id() == self.id).map(|e| (e.org.clone(), e.json["examples"].clone(), e.json["primary"].clone()))
@@ -256,7 +289,13 @@ impl Job for EvalJob {
         let mut per_example = Vec::new();
         for (i, example) in examples.as_array().cloned().unwrap_or_default().iter().enumerate() {
             let name = example.get("name").cloned().unwrap_or_else(|| json!(format!("example {}", i + 1)));
-            match score_example(&self.shared, &org, example, &self.values) {
+            // A failed evaluation scored nothing: each example ends failed with its error, not
+            // `completed` with metrics beside a record that has no metrics_report.
+            let scored_example = match &failure {
+                Some(error) => Err(error.clone()),
+                None => score_example(&self.shared, &org, example, &self.values),
+            };
+            match scored_example {
                 Ok(pair) => {
                     let report = metrics(std::slice::from_ref(&pair), &primary);
                     per_example.push(json!({"id": type_id("exm"), "index": i, "name": name, "inputs": example["inputs"],
@@ -398,7 +437,8 @@ impl Job for TrialJob {
         json_control(self.optimization_status())
     }
 
-    fn finish(&self, failure: Option<String>, _: Vec<String>) {
+    fn finish(&self, plan: Failure) {
+        let failure = plan.error;
         let mut store = self.shared.agents.store.lock();
         let Some((max_trials, blueprint_id, objective)) = store
             .optimizations
@@ -432,12 +472,15 @@ impl Job for TrialJob {
             }
             trial.set("completed_at", json!(now()));
         }
-        progress(&mut store, &self.optimization_id);
-        let last = self.number + 1 >= max_trials;
-        if failure.is_some() || last {
+        let ends = failure.is_some() || self.number + 1 >= max_trials;
+        if ends {
             if let Some(rec) = store.optimizations.iter_mut().find(|o| o.id() == self.optimization_id) {
                 finish_json(rec, failure);
             }
+        }
+        // After the end is recorded: an ended optimization has no trial pending.
+        progress(&mut store, &self.optimization_id);
+        if ends {
             return;
         }
         drop(store);
@@ -446,14 +489,20 @@ impl Job for TrialJob {
     }
 }
 
-/// `progress`: trial counts by state, as the platform's client prints them.
+/// `progress`: the optimization's trials counted by their status (`running`, `completed`,
+/// `failed`, `canceled`, the agent status words trials use), and `pending`, the trials of the
+/// budget not yet begun. Once the optimization has ended no trial will begin any more, so
+/// `pending` is 0 and the counts are those of the trials that ran: a canceled or failed
+/// optimization does not report trials pending for ever.
 pub(super) fn progress(store: &mut super::store::Store, optimization_id: &str) {
     let trials: Vec<&JsonRec> = store.trials.iter().filter(|(o, _)| o == optimization_id).map(|(_, t)| t).collect();
     let count = |s: &str| trials.iter().filter(|t| t.json["status"] == json!(s)).count();
-    let (running, completed, failed) = (count("running"), count("completed"), count("failed"));
+    let (running, completed, failed, canceled) = (count("running"), count("completed"), count("failed"), count("canceled"));
     if let Some(rec) = store.optimizations.iter_mut().find(|o| o.id() == optimization_id) {
         let max = rec.json["budget"]["max_trials"].as_u64().unwrap_or(0) as usize;
-        let pending = max.saturating_sub(running + completed + failed);
-        rec.set("progress", json!({"pending": pending, "running": running, "completed": completed, "failed": failed}));
+        let ended = rec.status().is_some_and(|s| s.is_terminal());
+        let pending = if ended { 0 } else { max.saturating_sub(trials.len()) };
+        rec.set("progress", json!({"pending": pending, "running": running, "completed": completed, "failed": failed,
+                                   "canceled": canceled}));
     }
 }

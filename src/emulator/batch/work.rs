@@ -17,7 +17,7 @@ use super::pipelines::{self, Accepts, MACHINE_STATE};
 use super::store::{InputRec, JobRec, OutputRec};
 use super::table::{transition, Move};
 use crate::emulator::agents::store::type_id;
-use crate::emulator::jobs::{Control, Job};
+use crate::emulator::jobs::{Control, Failure, Job};
 use crate::emulator::state::Shared;
 
 pub(crate) fn spawn(shared: &Arc<Shared>, job_id: String, attempt: u64) {
@@ -152,7 +152,8 @@ impl Job for BatchRun {
         }
     }
 
-    fn finish(&self, failure: Option<String>, failed_inputs: Vec<String>) {
+    fn finish(&self, plan: Failure) {
+        let (failure, failed_inputs) = (plan.error, plan.failed_inputs);
         let Some(Some((org, key, config, inputs))) = self.with(|j| {
             (j.status() == "RUNNING").then(|| (j.org.clone(), j.json["pipeline_key"].as_str().unwrap_or("").to_string(),
                                                j.json["parameters"]["worker"]["config"].clone(), j.inputs.clone()))
