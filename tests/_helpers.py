@@ -79,3 +79,15 @@ def run_on(kind: str, operation: Any, **client_options: Any) -> Any:
             return await result
 
     return asyncio.run(main())
+
+
+def use_fake_tqdm(monkeypatch: Any, bar_class: type) -> None:
+    """Makes ``from tqdm.auto import tqdm`` give ``bar_class`` for the test (tqdm itself is an
+    optional dependency the suite does not install)."""
+    import sys
+    import types
+
+    fake = types.ModuleType("tqdm.auto")
+    fake.tqdm = bar_class  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
+    monkeypatch.setitem(sys.modules, "tqdm.auto", fake)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import pytest
 
 import sensorium
-from _helpers import run_on
+from _helpers import run_on, use_fake_tqdm
 from sensorium.errors import (
     AgentRunError,
     BadRequestError,
@@ -712,7 +712,6 @@ def test_instance_filters_and_logs_search(agents_emu, run):
 
 def test_wait_progress_bar(agents_emu, run, monkeypatch):
     import sys
-    import types
 
     bars: list[Any] = []
 
@@ -746,10 +745,7 @@ def test_wait_progress_bar(agents_emu, run, monkeypatch):
         with pytest.raises(InvalidArgumentError) as info:
             run(lambda c: c.agents.instances.wait(started.id, progress=True))
         assert info.value.argument == "progress"
-    fake = types.ModuleType("tqdm.auto")
-    fake.tqdm = FakeBar  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
-    monkeypatch.setitem(sys.modules, "tqdm.auto", fake)
+    use_fake_tqdm(monkeypatch, FakeBar)
     agent = run(lambda c: c.agents.instances.wait(started.id, timeout=30, progress=True))
     assert agent.status == "completed"
     (bar,) = bars
@@ -807,7 +803,6 @@ def test_blueprints_listed_before_an_id_are_every_newer_one_once(client_kind, pa
 def test_optimization_wait_feeds_the_bar_with_its_trials(agents_emu, run, monkeypatch):
     """An optimization's record counts its trials (`progress`, `budget.max_trials`): the bar
     shows done/total instead of the status word alone."""
-    import types
 
     bars: list[Any] = []
 
@@ -822,10 +817,7 @@ def test_optimization_wait_feeds_the_bar_with_its_trials(agents_emu, run, monkey
         def close(self) -> None:
             self.closed = True
 
-    fake = types.ModuleType("tqdm.auto")
-    fake.tqdm = FakeBar  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
-    monkeypatch.setitem(sys.modules, "tqdm.auto", fake)
+    use_fake_tqdm(monkeypatch, FakeBar)
     file_id = _upload(agents_emu)
     osm = run(lambda c: c.agents.blueprints.get("osm"))
     opt = run(lambda c: c.agents.optimizations.create(osm.id, objective="macro_f1", validation_examples=[file_id],

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import sensorium
-from _helpers import ENCODER, REASONER, calls, run_on
+from _helpers import ENCODER, REASONER, calls, run_on, use_fake_tqdm
 from sensorium import events
 from sensorium.testing import Emulator
 
@@ -570,7 +570,6 @@ def test_a_call_answered_after_its_client_was_closed_returns_what_it_made(client
 # long as the traceback or the task was referenced (a notebook keeps the last traceback).
 
 def test_a_wait_ended_by_ctrl_c_or_cancellation_closes_its_bar(monkeypatch):
-    import types
 
     bars: list[Any] = []
 
@@ -585,10 +584,7 @@ def test_a_wait_ended_by_ctrl_c_or_cancellation_closes_its_bar(monkeypatch):
         def close(self) -> None:
             self.closed = True
 
-    fake = types.ModuleType("tqdm.auto")
-    fake.tqdm = FakeBar  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
-    monkeypatch.setitem(sys.modules, "tqdm.auto", fake)
+    use_fake_tqdm(monkeypatch, FakeBar)
     with Emulator(work_duration=30) as emu, emu.client() as client:
         client.files.upload_base64("in.csv", b"time,a\n" + b"".join(b"%d,%d\n" % (i, i % 7) for i in range(50)))
         run = client.agents.bundles.run(client.agents.bundles.create("osm", name="x").id, "in.csv")

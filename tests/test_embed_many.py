@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-from _helpers import ENCODER, REASONER, body_json, calls, run_on
+from _helpers import ENCODER, REASONER, body_json, calls, run_on, use_fake_tqdm
 from sensorium.errors import (
     APIConnectionError,
     APITimeoutError,
@@ -369,9 +369,6 @@ def test_unaligned_arrays_are_read_safely(emu, client_kind):
 
 
 def test_progress_true_feeds_a_tqdm_bar_by_window(emu, client_kind, monkeypatch):
-    import sys
-    import types
-
     bars = []
 
     class FakeBar:  # tqdm's interface as the SDK uses it; tqdm itself is optional
@@ -385,10 +382,7 @@ def test_progress_true_feeds_a_tqdm_bar_by_window(emu, client_kind, monkeypatch)
         def close(self):
             self.closed = True
 
-    fake = types.ModuleType("tqdm.auto")
-    fake.tqdm = FakeBar
-    monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
-    monkeypatch.setitem(sys.modules, "tqdm.auto", fake)
+    use_fake_tqdm(monkeypatch, FakeBar)
     run_on(client_kind, lambda c: c.embed_many(ENCODER, WINDOWS, progress=True), **options(emu))
     (bar,) = bars
     assert (bar.n, bar.total, bar.closed) == (12, 12, True)
