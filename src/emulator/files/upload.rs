@@ -131,6 +131,15 @@ async fn upload(shared: Arc<Shared>, req: Request, encoding: Encoding) -> Result
             .with_suggestion("Delete it first or upload under another name.")
         };
         if shared.files.exists(&org, &file_id) {
+            // Read to the end first, as the platform behind its buffering proxy does: answered
+            // early, the connection closes under a client still sending a large file, which
+            // then sees a broken pipe instead of the 409 (up to the size limit; past it the
+            // body is not read on).
+            drain(&mut field, raw_limit).await;
+            drop(field);
+            while let Ok(Some(mut rest)) = multipart.next_field().await {
+                drain(&mut rest, raw_limit).await;
+            }
             return Err(conflict());
         }
         let mut partial = shared
@@ -183,6 +192,17 @@ async fn upload(shared: Arc<Shared>, req: Request, encoding: Encoding) -> Result
             file_id: stored.file_id.clone(),
             file_uid: Some(stored.file_uid.clone()),
         }));
+    }
+}
+
+/// Reads and drops the rest of `field` (at most `limit` bytes); a body that breaks off ends it.
+async fn drain(field: &mut axum::extract::multipart::Field<'_>, limit: u64) {
+    let mut read: u64 = 0;
+    while let Ok(Some(chunk)) = field.chunk().await {
+        read += chunk.len() as u64;
+        if read > limit {
+            return;
+        }
     }
 }
 
