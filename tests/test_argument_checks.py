@@ -220,11 +220,29 @@ def test_a_value_that_contains_itself_or_nests_too_deep_is_refused_not_a_crash(t
     assert lines[-1] == "requests 0"
     for kind in ("sync", "async"):
         for name, argument, says in [("query_metadata", 'query_metadata["self"]', "contains itself"),
-                                     ("values", 'body["values"]', "contains itself"),
+                                     ("values", "values", "contains itself"),
                                      ("events", "events", "contains itself"),
                                      ("deep", "query_metadata", "nests deeper than 256 levels")]:
             line = next(line for line in lines if line.startswith(f"{kind} {name} "))
             assert line.startswith(f"{kind} {name} {argument}") and says in line, line
+
+
+@pytest.mark.parametrize("operation, argument, place", [
+    (lambda c: c.agents.bundles.create("osm", name="bad\udcff"), "name", None),
+    (lambda c: c.batch.jobs.create("n", pipeline_key="machine-state-classification",
+                                   inputs={"worker.inference": ["bad\udcff"]}), "inputs",
+     'inputs["worker.inference"][0]["file_id"]'),
+], ids=["top-level", "nested"])
+def test_a_bad_value_in_a_body_is_named_by_the_keyword_the_caller_gave(emu, client_kind, sent, operation, argument, place):
+    """It was named by its place in the wire body (`body["inputs"]...`), which the caller never wrote."""
+    before = sent()
+    with pytest.raises(InvalidArgumentError, match="not valid UTF-8") as info:
+        run_on(client_kind, operation, api_key=emu.api_key, base_url=emu.base_url)
+    assert info.value.argument == argument
+    assert "body" not in str(info.value) and str(info.value).startswith(f"{argument}: ")
+    if place is not None:
+        assert place in str(info.value)
+    assert sent() == before
 
 
 def test_a_content_type_the_upload_does_not_take_is_named(emu, client_kind, tmp_path, sent):

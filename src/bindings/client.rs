@@ -207,7 +207,7 @@ impl CoreClient {
                     None => Map::new(),
                 };
                 let body = match body {
-                    Some(b) if !b.is_none() => Some(py_to_value(b, "body")?),
+                    Some(b) if !b.is_none() => Some(py_to_value(b, "body").map_err(as_keyword_argument)?),
                     _ => None,
                 };
                 let within = match within {
@@ -546,4 +546,26 @@ fn events_json(obj: &Bound<'_, PyAny>) -> Result<Vec<Bytes>, Error> {
 
 fn isinstance_str(obj: &Bound<'_, PyAny>) -> bool {
     obj.is_instance_of::<pyo3::types::PyString>()
+}
+
+/// A bad value inside a request body, named by its place in the body (`body["inputs"][0]`), as
+/// the caller gave it: the body's members are the keyword arguments of the method that built it
+/// (`inputs=`), so the argument is the member, and the message names the place below it
+/// (`inputs: inputs[0]["file_id"] is a string that is not valid UTF-8`).
+fn as_keyword_argument(err: Error) -> Error {
+    match err {
+        Error::InvalidArgument { argument, message } => {
+            let Some(inner) = argument.strip_prefix("body[\"") else {
+                return Error::InvalidArgument { argument, message };
+            };
+            match inner.split_once("\"]") {
+                Some((member, rest)) => {
+                    let message = if rest.is_empty() { message } else { format!("{member}{rest} {message}") };
+                    Error::InvalidArgument { argument: member.to_string(), message }
+                }
+                None => Error::InvalidArgument { argument, message },
+            }
+        }
+        other => other,
+    }
 }

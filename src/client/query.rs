@@ -463,6 +463,14 @@ impl<'de> Visitor<'de> for MatrixVisitor {
             m.rows = 1;
             m.cols = m.data.len();
         }
+        // Read as float32, a number past its range became infinite: the answer cannot be held,
+        // and an `inf` in the vectors would be passed on without a word.
+        if let Some(at) = m.data.iter().position(|v| !v.is_finite()) {
+            let (row, col) = (at.checked_div(m.cols).unwrap_or(0), at.checked_rem(m.cols).unwrap_or(at));
+            return Err(de::Error::custom(format!(
+                "the embedding value at row {row}, column {col} does not fit a float32 (beyond ±3.4e38)"
+            )));
+        }
         Ok(m)
     }
 }
@@ -678,6 +686,11 @@ mod tests {
         assert_eq!(nested.warning_messages, vec!["w".to_string()]);
         assert!(serde_json::from_value::<EncoderPayload>(json!({"response": [[1.0], [1.0, 2.0]]})).is_err());
         assert!(serde_json::from_value::<EncoderPayload>(json!({"response": [1.0, [1.0]]})).is_err());
+        // Past float32's range: refused, not read as infinite (the fast reader hands such an
+        // answer to serde, which is where this is decided).
+        let beyond = br#"{"status":"completed","response":{"response":[[0.5,1e39]]}}"#;
+        let err = parse_embeddings(beyond, Some(1)).unwrap_err().to_string();
+        assert!(err.contains("row 0, column 1") && err.contains("float32"), "{err}");
     }
 
     #[test]
