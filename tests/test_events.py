@@ -57,6 +57,13 @@ def test_json_event_contents_reach_the_model(client):
     assert "KESTREL_5" in text and "line" in text  # the stand-in reports top-level keys
 
 
+def test_json_event_takes_numpy_values_as_query_metadata_does():
+    contents = events.json({"mean": np.float32(0.5), "n": np.int64(3), "row": np.arange(3)})["event_data"]["contents"]
+    assert json.loads(contents) == {"mean": 0.5, "n": 3, "row": [0, 1, 2]}
+    with pytest.raises(InvalidArgumentError, match="obj"):
+        events.json({"bad": np.array([1.0, np.nan])})
+
+
 def test_image_event_from_bytes_and_path(tmp_path):
     from_bytes = events.image(PNG_1X1)
     assert from_bytes["type"] == "data.base64_img"

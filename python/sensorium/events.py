@@ -42,6 +42,16 @@ def text(contents: str) -> dict[str, Any]:
     return {"type": "data.text", "event_data": {"contents": contents}}
 
 
+def _plain(value: Any) -> Any:
+    """numpy scalars and arrays as their Python values (as ``query_metadata`` takes them)."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        plain = tolist()
+        if plain is not value and not hasattr(plain, "tolist"):
+            return plain
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def json(obj: Any) -> dict[str, Any]:
     """A ``data.json`` event. ``obj`` is serialised to a string, as the platform requires.
 
@@ -49,7 +59,7 @@ def json(obj: Any) -> dict[str, Any]:
     '{"line": 3}'
     """
     try:
-        contents = _json.dumps(obj, allow_nan=False)
+        contents = _json.dumps(obj, allow_nan=False, default=_plain)
     except (TypeError, ValueError) as e:
         raise InvalidArgumentError(f"obj: cannot be serialised to JSON ({e})", argument="obj") from None
     return {"type": "data.json", "event_data": {"contents": contents}}
