@@ -13,6 +13,9 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The statuses the retry rule retries, for the Python code that follows the same rule
+    // (`wait` riding out failed polls) instead of keeping a copy of the list.
+    m.add("RETRYABLE_STATUSES", client::error::RETRYABLE_STATUSES.to_vec())?;
     m.add_class::<bindings::client::CoreClient>()?;
     m.add_class::<bindings::results::QueryResult>()?;
     m.add_class::<bindings::results::Embeddings>()?;

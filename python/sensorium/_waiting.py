@@ -12,6 +12,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
+from . import _core
 from ._arguments import flag
 from ._endpoints import Operation, Request, Scrub, Sleep
 from .errors import (
@@ -44,11 +45,11 @@ RECORD_EVERY = 4
 # Past it, the failure is raised with the lagging record (status set to `failed`, `error` unset)
 # and the log line's message as the error text.
 FAILED_RECORD_SECONDS = 10.0
-# The client's retry rule (`RETRYABLE_STATUSES` in src/client/error.rs, and connection failures):
-# a record poll that fails with one of these, after the client's own retries, is logged and made
-# again at the next poll interval while the wait's timeout allows; any other failure (400, 401,
-# 404...) ends the wait at once, since polling again cannot change it.
-RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+# The client's retry rule (the core's statuses, and connection failures): a record poll that
+# fails with one of these, after the client's own retries, is logged and made again at the next
+# poll interval while the wait's timeout allows; any other failure (400, 401, 404...) ends the
+# wait at once, since polling again cannot change it.
+RETRYABLE_STATUSES = frozenset(_core.RETRYABLE_STATUSES)
 # A wait without a timeout still gives up once its record polls have failed for this long with no
 # success between (and raises the last failure): a gateway blip is ridden out, but a platform
 # unreachable for five minutes is an outage the caller should hear about rather than a silent hang.
