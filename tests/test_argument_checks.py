@@ -294,6 +294,10 @@ def test_a_file_over_the_direct_upload_limit_is_refused_before_initiate(emu, cli
     ({"max_frames": -1}, "max_frames"),
     ({"max_wait_time_sec": -1}, "max_wait_time_sec"),
     ({"max_query_size_mb": -0.5}, "max_query_size_mb"),
+    # A query of no tokens, frames or bytes is none: refused here, not after a round trip.
+    ({"max_new_tokens": 0}, "max_new_tokens"),
+    ({"max_frames": 0}, "max_frames"),
+    ({"max_query_size_mb": 0.0}, "max_query_size_mb"),
 ])
 def test_query_fields_the_spec_rules_out_are_refused_before_sending(emu, client_kind, sent, fields, named):
     before = sent()

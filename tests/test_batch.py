@@ -151,9 +151,13 @@ def test_a_job_created_while_the_list_is_walked_gives_no_job_twice(style, client
             seen = run_on(client_kind, walk, api_key=emu.api_key, base_url=emu.base_url)
             assert len(seen) == len(set(seen)), seen
             assert set(before) <= set(seen)
-            # Walking the same pager again gives every job again (the ids seen are per walk).
+            # Walks of one pager, one after another or interleaved, each give every job (the
+            # ids seen are per walk).
             pager = admin.batch.jobs.list()
             assert len(list(pager)) == len(list(pager)) == 7
+            assert len(list(zip(pager, pager))) == 7
+            first = iter(pager)
+            assert next(first) is not None and len(list(pager)) == 7 and len(list(first)) == 6
 
 
 @pytest.mark.parametrize("style", ["cursor", "offset"])

@@ -57,6 +57,12 @@ def test_json_event_contents_reach_the_model(client):
     assert "KESTREL_5" in text and "line" in text  # the stand-in reports top-level keys
 
 
+def test_json_event_takes_json_text_as_it_is_not_encoded_twice():
+    text = '{"line": 3, "state": "stopped"}'
+    assert events.json(text)["event_data"]["contents"] == text
+    assert json.loads(events.json("stopped")["event_data"]["contents"]) == "stopped"  # not JSON text: a string
+
+
 def test_json_event_takes_numpy_values_as_query_metadata_does():
     contents = events.json({"mean": np.float32(0.5), "n": np.int64(3), "row": np.arange(3)})["event_data"]["contents"]
     assert json.loads(contents) == {"mean": 0.5, "n": 3, "row": [0, 1, 2]}

@@ -314,3 +314,10 @@ def test_query_accepts_encoder_events_and_returns_embeddings_in_to_dict(client):
     result = client.query(ENCODER, events=[events.numeric(np.ones((2, 32)))])
     payload = result.to_dict()["response"]["response"]
     assert len(payload) == 2 and len(payload[0]) == 768
+
+
+def test_file_ids_take_one_record_or_any_iterable_of_names_and_records(emu, client):
+    record = client.files.upload_base64("notes.txt", b"hello")
+    for file_ids in (record, (f for f in [record]), {"notes.txt"}, np.array(["notes.txt"]), client.files.list()):
+        client.query(REASONER, "x", file_ids=file_ids)
+        assert body_json(calls(emu, "/query")[-1])["file_ids"] == ["notes.txt"], file_ids

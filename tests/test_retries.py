@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from _helpers import REASONER, body_json, calls, header
+from _helpers import REASONER, body_json, calls, header, run_on
 from sensorium.errors import (
     APIConnectionError,
     APIStatusError,
@@ -443,5 +443,29 @@ def test_a_wait_ended_early_by_a_retry_after_past_its_timeout_says_so():
         client.files.upload_base64("in.csv", b"time,a\n" + b"".join(b"%d,%d\n" % (i, i % 7) for i in range(50)))
         run = client.agents.bundles.run(client.agents.bundles.create("osm", name="x").id, "in.csv")
         emu.inject("GET", "/agents/instances/*", status=503, retry_after=30, times=1)
-        with pytest.raises(WaitTimeoutError, match=r"asked to be polled again in 30s, past the wait's timeout of 20s"):
+        with pytest.raises(WaitTimeoutError, match=r"asked to be polled again in 30s, past the 20s left of the wait's timeout of 20s"):
             client.agents.instances.wait(run.id, timeout=20)
+        # A short Retry-After on every poll: the wait ran its whole timeout, and says just that.
+        emu.inject("GET", "/agents/instances/*", status=503, retry_after=1, times=None)
+        with pytest.raises(WaitTimeoutError, match=r"is still \w+ after 3s") as info:
+            client.agents.instances.wait(run.id, timeout=3)
+        assert "asked to be polled again" not in str(info.value)
+
+
+# Defect: a query's own wait (max_wait_time_sec) expiring as 504 was retried like a gateway blip:
+# the model ran three times and the caller waited three times the deadline they set.
+
+def test_a_query_whose_own_wait_expires_is_not_sent_again(client_kind):
+    from sensorium.errors import GatewayTimeoutError
+    from sensorium.testing import Emulator
+
+    with Emulator(query_delay=2.0) as emu:
+        with pytest.raises(GatewayTimeoutError):
+            run_on(client_kind, lambda c: c.query(REASONER, "hi", max_wait_time_sec=0.5),
+                   api_key=emu.api_key, base_url=emu.base_url)
+        assert [r.status for r in emu.requests if r.path.endswith("/query")] == [504]
+        # Without a wait of its own, a 504 is the gateway's, and the retry rule retries it.
+        emu.set_query_delay(0.0)
+        emu.inject("POST", "/query", status=504, times=1)
+        run_on(client_kind, lambda c: c.query(REASONER, "hi"), api_key=emu.api_key, base_url=emu.base_url)
+        assert [r.status for r in emu.requests if r.path.endswith("/query")][-2:] == [504, 200]

@@ -61,6 +61,17 @@ def test_a_dataframe_subclass_is_read_as_a_dataframe():
     np.testing.assert_array_equal(sensorium.windows(frame, window=2, columns=["d", "a"]), sensorium.windows(REC, window=2, columns=[3, 0]))
 
 
+def test_a_table_of_another_library_is_refused_naming_to_pandas():
+    class Table:  # polars, modin, cuDF frames
+        columns = ["a", "b"]
+
+        def __array__(self, dtype=None, copy=None):
+            return REC[:, :2]
+
+    with pytest.raises(InvalidArgumentError, match=r"data: is a .*Table, a table .*to_pandas\(\).*\(time, channels\)"):
+        sensorium.windows(Table(), window=2)
+
+
 def test_a_masked_recording_is_refused_where_a_value_is_masked():
     recording = np.ma.masked_array(REC.copy(), mask=np.zeros(REC.shape, dtype=bool))
     np.testing.assert_array_equal(sensorium.windows(recording, window=2), sensorium.windows(REC, window=2))

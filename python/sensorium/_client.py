@@ -142,7 +142,12 @@ def _query_fields(params: Any) -> Any:
     """``query``'s fields as sent: a ``FileRecord`` in ``file_ids`` stands for its ``file_id``, as
     it does in batch and agent inputs (everything else is checked by the core)."""
     file_ids = params.get("file_ids")
-    if isinstance(file_ids, (list, tuple)) and any(isinstance(f, FileRecord) for f in file_ids):
+    if isinstance(file_ids, FileRecord):
+        file_ids = [file_ids]  # one file, as its record
+    elif file_ids is not None and not isinstance(file_ids, (str, bytes, dict)) and hasattr(file_ids, "__iter__") \
+            and not isinstance(file_ids, (list, tuple)) and not hasattr(file_ids, "__aiter__"):
+        file_ids = list(file_ids)  # a generator, a set, a numpy array of names, a pager of records
+    if isinstance(file_ids, (list, tuple)):
         params = {**params, "file_ids": [f.file_id if isinstance(f, FileRecord) else f for f in file_ids]}
     return params
 

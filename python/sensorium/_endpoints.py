@@ -25,7 +25,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generator, Generic, Literal, Mapping, Optional, Protocol, TypeVar, Union
+from typing import Any, Awaitable, Callable, Generator, Generic, Literal, Mapping, Optional, Protocol, TypeVar, Union
 from urllib.parse import quote
 
 from ._progress import ProgressCallback, reporting, run_reported
@@ -179,15 +179,14 @@ def query(**params: Any) -> dict[str, Any]:
 
 class _CursorParam:
     """Where a list's next cursor goes: the request's parameter, or ``offset`` once a page came in
-    the older offset style (releases before 1.1.11), so one pager reads both styles."""
+    the older offset style (releases before 1.1.11), so one pager reads both styles. One per walk
+    of a list (see ``SyncPager``'s ``walk``)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._seen: set[str] = set()
 
     def params(self, request: ListRequest[Any], cursor: Optional[str]) -> dict[str, Any]:
-        if cursor == request.start:  # a walk begins (the pager may be iterated again)
-            self._seen = set()
         params = dict(request.query)
         if cursor is not None:
             params[self.name] = cursor
@@ -289,15 +288,18 @@ class SyncRunner:
         return _read(request.cast, raw, core.redact)
 
     def pager(self, request: ListRequest[T], deadline: Optional[float] = None) -> SyncPager[T]:
-        where = _CursorParam(request.cursor_param)
+        def walk() -> Callable[[Optional[str]], Page[T]]:
+            where = _CursorParam(request.cursor_param)
 
-        def fetch(cursor: Optional[str]) -> Page[T]:
-            core = self._core()
-            raw = core.request("GET", request.surface, request.path, where.params(request, cursor), None,
-                               not request.item_cursors, False, _within(deadline))
-            return _read(lambda answer: where.page(answer, request), raw, core.redact)
+            def fetch(cursor: Optional[str]) -> Page[T]:
+                core = self._core()
+                raw = core.request("GET", request.surface, request.path, where.params(request, cursor), None,
+                                   not request.item_cursors, False, _within(deadline))
+                return _read(lambda answer: where.page(answer, request), raw, core.redact)
 
-        return SyncPager(fetch, request.start)
+            return fetch
+
+        return SyncPager(walk(), request.start, walk=walk)
 
     def drive(self, operation: Operation[T]) -> T:
         value: Any = None
@@ -362,15 +364,18 @@ class AsyncRunner:
         return _read(request.cast, raw, core.redact)
 
     def pager(self, request: ListRequest[T], deadline: Optional[float] = None) -> AsyncPager[T]:
-        where = _CursorParam(request.cursor_param)
+        def walk() -> Callable[[Optional[str]], Awaitable[Page[T]]]:
+            where = _CursorParam(request.cursor_param)
 
-        async def fetch(cursor: Optional[str]) -> Page[T]:
-            core = self._core()
-            raw = await core.request("GET", request.surface, request.path, where.params(request, cursor), None,
-                                     not request.item_cursors, True, _within(deadline))
-            return _read(lambda answer: where.page(answer, request), raw, core.redact)
+            async def fetch(cursor: Optional[str]) -> Page[T]:
+                core = self._core()
+                raw = await core.request("GET", request.surface, request.path, where.params(request, cursor), None,
+                                         not request.item_cursors, True, _within(deadline))
+                return _read(lambda answer: where.page(answer, request), raw, core.redact)
 
-        return AsyncPager(fetch, request.start)
+            return fetch
+
+        return AsyncPager(walk(), request.start, walk=walk)
 
     async def drive(self, operation: Operation[T]) -> T:
         value: Any = None

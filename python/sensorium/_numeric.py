@@ -30,7 +30,7 @@ def is_series(data: Any) -> bool:
     return cls is not None and isinstance(data, cls)
 
 
-def refuse_other_tables(data: Any, argument: str) -> None:
+def refuse_other_tables(data: Any, argument: str, shape: str = "(channels, window)") -> None:
     """A table that is not a pandas DataFrame (polars, modin, dask, cuDF...) reads through
     ``np.asarray`` as (rows, columns), which is (time, channels) the wrong way round for a window:
     refused, rather than embedded with its axes swapped."""
@@ -39,7 +39,7 @@ def refuse_other_tables(data: Any, argument: str) -> None:
         raise InvalidArgumentError(
             f"{argument}: is a {cls.__module__}.{cls.__name__}, a table that sensorium does not read directly; "
             "convert it to a pandas DataFrame (rows are time, columns channels: .to_pandas()) or to a numpy "
-            "array shaped (channels, window)",
+            f"array shaped {shape}",
             argument=argument,
         )
 

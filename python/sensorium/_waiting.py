@@ -316,7 +316,8 @@ def wait_for(get: Callable[[], Request[R]], recent_logs: Optional[Callable[[], R
                         continue
             record = yield from _read_record(get, deadline, delays, what)
     except _DeadlinePassed as passed:
-        raise _timed_out(what, status, timeout, record, passed.__cause__) from passed.__cause__
+        left = None if deadline is None else deadline - time.monotonic()
+        raise _timed_out(what, status, timeout, record, passed.__cause__, left) from passed.__cause__
     finally:
         bar.close()
 
@@ -365,15 +366,15 @@ def check_timeout(timeout: Any) -> None:
 
 
 def _timed_out(what: str, status: str, timeout: Optional[float], record: Any,
-               cause: Optional[BaseException] = None) -> WaitTimeoutError:
+               cause: Optional[BaseException] = None, left: Optional[float] = None) -> WaitTimeoutError:
     # A failing poll whose `Retry-After` reaches past the deadline ends the wait before its time
     # is up (the core does not wait past it): the message says so, rather than claim the whole
-    # timeout went by.
+    # timeout went by. `left`: the seconds of the timeout that were left when it ended.
     retry_after = getattr(cause, "retry_after", None)
-    if retry_after is not None:
+    if retry_after is not None and left is not None and left >= 0.5 and retry_after > left:
         return WaitTimeoutError(
             f"{what} is still {status or 'unfinished'}: the platform answered a poll with {getattr(cause, 'status', '?')} "
-            f"and asked to be polled again in {retry_after:g}s, past the wait's timeout of {timeout}s; it goes on on "
-            "the platform (wait again later, or cancel it)", record=record)
+            f"and asked to be polled again in {retry_after:g}s, past the {left:.0f}s left of the wait's timeout of "
+            f"{timeout}s; it goes on on the platform (wait again later, or cancel it)", record=record)
     return WaitTimeoutError(f"{what} is still {status or 'unfinished'} after {timeout}s; it goes on on the platform "
                             "(wait again, or cancel it)", record=record)

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ._numeric import _pandas_numpy, is_dataframe, is_series, without_mask
+from ._numeric import _pandas_numpy, is_dataframe, is_series, refuse_other_tables, without_mask
 from .errors import InvalidArgumentError
 
 __all__ = ["windows"]
@@ -86,6 +86,7 @@ def _recording(data: Any, columns: Optional[Sequence[Any]]) -> np.ndarray:
             ) from e
         return values
     if not isinstance(data, np.ndarray):
+        refuse_other_tables(data, "data", "(time, channels)")
         raise InvalidArgumentError(
             f"data: takes a numpy array or a pandas DataFrame shaped (time, channels), or a pandas Series (one "
             f"channel), got {type(data).__name__}",

@@ -52,12 +52,28 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
 def json(obj: Any) -> dict[str, Any]:
-    """A ``data.json`` event. ``obj`` is serialised to a string, as the platform requires.
+    """A ``data.json`` event. ``obj`` is serialised to a string, as the platform requires. A
+    ``str`` that already is JSON text (``json.dumps(obj)``, a ``.json`` file's text) is sent as it
+    is, not encoded a second time (which would send the model one string instead of the object);
+    any other ``str`` is sent as a JSON string.
 
     >>> json({"line": 3})["event_data"]["contents"]
     '{"line": 3}'
+    >>> json('{"line": 3}')["event_data"]["contents"]
+    '{"line": 3}'
     """
+    if isinstance(obj, str):
+        try:
+            _json.loads(obj, parse_constant=_not_json)  # NaN and Infinity are Python's, not JSON's
+        except ValueError:
+            pass
+        else:
+            return {"type": "data.json", "event_data": {"contents": obj}}
     try:
         contents = _json.dumps(obj, allow_nan=False, default=_plain)
     except (TypeError, ValueError) as e:

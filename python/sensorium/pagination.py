@@ -62,18 +62,27 @@ class _Cursors:
 class SyncPager(Generic[T]):
     """Iterates every item of a list, fetching the next page only when needed."""
 
-    def __init__(self, fetch: Callable[[str | None], Page[T]], cursor: str | None = None) -> None:
+    def __init__(self, fetch: Callable[[str | None], Page[T]], cursor: str | None = None, *,
+                 walk: Callable[[], Callable[[str | None], Page[T]]] | None = None) -> None:
+        # `walk` makes the fetch of one walk (its own state: the cursor parameter a page
+        # switched to, the ids an offset-style walk has given), so walks of one pager, one
+        # after another or interleaved, never share it.
         self._fetch = fetch
         self._cursor = cursor
+        self._walk = walk
+
+    def _walk_fetch(self) -> Callable[[str | None], Page[T]]:
+        return self._walk() if self._walk is not None else self._fetch
 
     def first_page(self) -> Page[T]:
-        return self._fetch(self._cursor)
+        return self._walk_fetch()(self._cursor)
 
     def pages(self) -> Iterator[Page[T]]:
         cursor = self._cursor
         used = _Cursors(cursor)
+        fetch = self._walk_fetch()
         while True:
-            page = self._fetch(cursor)
+            page = fetch(cursor)
             yield page
             if not page.has_more or not page.next_cursor:
                 return
@@ -95,18 +104,27 @@ class SyncPager(Generic[T]):
 class AsyncPager(Generic[T]):
     """``async for`` over every item of a list, fetching pages lazily."""
 
-    def __init__(self, fetch: Callable[[str | None], Awaitable[Page[T]]], cursor: str | None = None) -> None:
+    def __init__(self, fetch: Callable[[str | None], Awaitable[Page[T]]], cursor: str | None = None, *,
+                 walk: Callable[[], Callable[[str | None], Awaitable[Page[T]]]] | None = None) -> None:
+        # `walk` makes the fetch of one walk (its own state: the cursor parameter a page
+        # switched to, the ids an offset-style walk has given), so walks of one pager, one
+        # after another or interleaved, never share it.
         self._fetch = fetch
         self._cursor = cursor
+        self._walk = walk
+
+    def _walk_fetch(self) -> Callable[[str | None], Awaitable[Page[T]]]:
+        return self._walk() if self._walk is not None else self._fetch
 
     async def first_page(self) -> Page[T]:
-        return await self._fetch(self._cursor)
+        return await self._walk_fetch()(self._cursor)
 
     async def pages(self) -> AsyncIterator[Page[T]]:
         cursor = self._cursor
         used = _Cursors(cursor)
+        fetch = self._walk_fetch()
         while True:
-            page = await self._fetch(cursor)
+            page = await fetch(cursor)
             yield page
             if not page.has_more or not page.next_cursor:
                 return

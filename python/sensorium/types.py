@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Callable, ClassVar, Optional, Sequence, TypedDict, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, Optional, Sequence, TypedDict, TypeVar
 
 from ._core import Embeddings, NumericEvent, QueryResult, StreamEvent
 
@@ -278,7 +278,8 @@ class _OutputFile:
     @property
     def num_bytes(self) -> Optional[int]:
         size = (self.data or {}).get("num_bytes")
-        # Only a usable size counts: it is a progress hint, never trusted for the bytes themselves.
+        # Only a usable size counts. It sizes the progress bar, and it tells a body sent without a
+        # length that stopped short from a whole one (the only use of it for the bytes).
         return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
 
 
@@ -579,7 +580,8 @@ class QueryParams(TypedDict, total=False):
     instruction_prompt: str
     response_start_prompt: str
     template_name: str
-    file_ids: Sequence[str | FileRecord]
+    # One record, or names and records in any iterable (a list, a generator, a pager).
+    file_ids: FileRecord | Iterable[str | FileRecord]
     events: Sequence[Any]
     max_new_tokens: int
     max_frames: int

@@ -310,8 +310,9 @@ impl CoreClient {
             let model = text(py, model, "model")?;
             let query = text(py, query, "query")?;
             let body = query_body(&model, &query, fields).map_err(|e| to_pyerr(py, e))?;
+            let own_wait = sets_own_wait(fields)?;
             runtime::run_unary(py, "query", asynchronous, self.transport(), |transport| async move {
-                let result = query::run(&transport, body)
+                let result = query::run(&transport, body, own_wait)
                     .await
                     .map(|(parsed, texts, raw)| QueryResult::new(parsed, texts, raw));
                 Ok(Outcome(result))
@@ -342,8 +343,9 @@ impl CoreClient {
                 super::numeric::request_body(data, "data", &template)
             };
             let (body, channels) = build().map_err(|e| to_pyerr(py, e))?;
+            let own_wait = sets_own_wait(fields)?;
             runtime::run_unary(py, "embed", asynchronous, self.transport(), |transport| async move {
-                let result = query::run_embeddings(&transport, body, channels).await.map(
+                let result = query::run_embeddings(&transport, body, channels, own_wait).await.map(
                     |(matrix, warnings, query_id, raw)| EmbeddingsData { matrix, warnings, query_id, raw },
                 );
                 Ok(Outcome(result))
@@ -568,4 +570,10 @@ fn as_keyword_argument(err: Error) -> Error {
         }
         other => other,
     }
+}
+
+/// Whether a query's fields set its own wait (`max_wait_time_sec`), whose expiry (504) is then
+/// not retried (see `Call::retry_gateway_timeout`).
+fn sets_own_wait(fields: &Bound<'_, PyDict>) -> PyResult<bool> {
+    Ok(fields.get_item("max_wait_time_sec")?.is_some_and(|v| !v.is_none()))
 }

@@ -16,6 +16,8 @@ pub fn normalize_page(body: Value) -> Result<CursorPage<Value>, String> {
         Value::Object(mut map) => {
             let data = match map.remove("data") {
                 Some(Value::Array(items)) => items,
+                // Servers write an empty list as null too.
+                Some(Value::Null) => Vec::new(),
                 Some(other) => return Err(format!("the page's data is {}, not a list", kind_of(&other))),
                 None => match items_key(&map)? {
                     Some(key) => match map.remove(&key) {
@@ -55,16 +57,24 @@ pub fn normalize_page(body: Value) -> Result<CursorPage<Value>, String> {
 }
 
 /// Which member of a page without `data` holds its items (the older lists name it after what
-/// they list: `files`, `jobs`, `events`...). The page's only list; or, beside lists that hold no
-/// records (`warnings: []`, `errors: ["..."]`, which a newer platform may add), its only list of
-/// objects. Two lists of objects, or several lists and none of objects but some non-empty, cannot
+/// they list: `files`, `jobs`, `events`...). The page's only list; else its only list not named
+/// as a notice (`warnings`, `errors`..., which a newer platform may add, see `SIDE_LISTS`); else
+/// its only list of objects. Two lists of objects, or several lists and none of objects but some non-empty, cannot
 /// be told apart: refused, since guessing would lose a page's items without a word. `None` when
 /// the page has no list at all (an empty page).
 fn items_key(map: &serde_json::Map<String, Value>) -> Result<Option<String>, String> {
-    let arrays: Vec<(&String, &Vec<Value>)> = map.iter().filter_map(|(k, v)| v.as_array().map(|a| (k, a))).collect();
+    let all: Vec<(&String, &Vec<Value>)> = map.iter().filter_map(|(k, v)| v.as_array().map(|a| (k, a))).collect();
+    if let [(only, _)] = all.as_slice() {
+        return Ok(Some((*only).clone()));
+    }
+    // The lists a page carries beside its items, named as the platform names its notices: never
+    // the items while another list is there (an empty `jobs` beside a `warnings` of objects).
+    let arrays: Vec<(&String, &Vec<Value>)> =
+        all.iter().copied().filter(|(k, _)| !SIDE_LISTS.contains(&k.as_str())).collect();
     if let [(only, _)] = arrays.as_slice() {
         return Ok(Some((*only).clone()));
     }
+    let arrays = if arrays.is_empty() { all } else { arrays };
     let of_records: Vec<&String> =
         arrays.iter().filter(|(_, items)| items.iter().any(Value::is_object)).map(|(k, _)| *k).collect();
     match of_records.as_slice() {
@@ -76,6 +86,8 @@ fn items_key(map: &serde_json::Map<String, Value>) -> Result<Option<String>, Str
         )),
     }
 }
+
+const SIDE_LISTS: [&str; 6] = ["warnings", "errors", "warning_messages", "error_messages", "messages", "notices"];
 
 fn kind_of(value: &Value) -> &'static str {
     match value {
@@ -124,6 +136,10 @@ mod tests {
         assert_eq!((p.data.len(), p.has_more), (3, false));
         let p = page(json!({"jobs": [{"id": 1}], "errors": ["late"], "has_more": false}));
         assert_eq!(p.data.len(), 1);
+        // An empty list of items beside notices of objects: the items, not the notices.
+        let p = page(json!({"total": 0, "offset": 0, "limit": 50, "jobs": [], "warnings": [{"code": "deprecated"}]}));
+        assert!(p.data.is_empty());
+        assert!(page(json!({"data": null, "has_more": false, "next_cursor": null})).data.is_empty());
         // All empty: an empty page, nothing lost.
         assert!(page(json!({"jobs": [], "warnings": []})).data.is_empty());
         assert!(page(json!({})).data.is_empty());
@@ -131,6 +147,7 @@ mod tests {
             json!({"jobs": [{"id": 1}], "inputs": [{"id": 2}]}),
             json!({"names": ["a"], "tags": ["b"]}),
             json!({"data": {"jobs": [{"id": 1}]}}),
+            json!({"data": "none"}),
         ] {
             assert!(normalize_page(body.clone()).is_err(), "{body}");
         }

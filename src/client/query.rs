@@ -174,14 +174,20 @@ fn json_type(value: &Value) -> &'static str {
     }
 }
 
-/// The fields the spec's table gives as a maximum count, size or wait: none of them can be
-/// negative. (Other numbers, such as `temperature` or `top_k`, have no range in the spec; the
-/// service judges them.)
-const NOT_NEGATIVE: [&str; 4] = ["max_new_tokens", "max_frames", "max_query_size_mb", "max_wait_time_sec"];
+/// The fields the spec's table gives as a maximum count or size: a query of no tokens, no frames
+/// or no bytes is none (the service answers 400), so they take more than 0. A wait may be 0.
+/// (Other numbers, such as `temperature` or `top_k`, have no range in the spec; the service
+/// judges them.)
+const POSITIVE: [&str; 3] = ["max_new_tokens", "max_frames", "max_query_size_mb"];
+const NOT_NEGATIVE: [&str; 1] = ["max_wait_time_sec"];
 
 fn check_range(name: &str, value: &Value) -> Result<(), Error> {
-    let negative = value.as_i64().is_some_and(|n| n < 0) || value.as_f64().is_some_and(|x| x < 0.0);
-    if negative && NOT_NEGATIVE.contains(&name) {
+    let number = value.as_f64();
+    if POSITIVE.contains(&name) && number.is_some_and(|x| x <= 0.0) {
+        let least = if value.is_f64() { "more than 0" } else { "1 or more" };
+        return Err(Error::invalid_argument(name, format!("is {value}; it takes {least}")));
+    }
+    if NOT_NEGATIVE.contains(&name) && number.is_some_and(|x| x < 0.0) {
         return Err(Error::invalid_argument(name, format!("is {value}; it takes 0 or more")));
     }
     Ok(())
@@ -267,11 +273,13 @@ pub fn check_event(index: usize, event: &Value) -> Result<Bytes, Error> {
         .map_err(|e| Error::invalid_argument(&arg, format!("cannot be serialised: {e}")))
 }
 
-/// Sends a query and returns the parsed response, its output strings and its raw body. A 200
+/// Sends a query and returns the parsed response, its output strings and its raw body.
+/// `own_wait`: the query sets `max_wait_time_sec`, so its 504 is not retried. A 200
 /// with `status: "failed"` becomes `Error::QueryFailed`; a 200 without an output in any layout
 /// the platform has used is an `Error::Decode`, never an empty answer.
-pub async fn run(transport: &Transport, body: Bytes) -> Result<(QueryResponse, Vec<String>, Bytes), Error> {
-    let call = transport.query_call(body);
+pub async fn run(transport: &Transport, body: Bytes, own_wait: bool) -> Result<(QueryResponse, Vec<String>, Bytes), Error> {
+    let mut call = transport.query_call(body);
+    call.retry_gateway_timeout = !own_wait;
     transport
         .execute(&call, |response| async move {
             let url = response.url().to_string();
@@ -482,8 +490,10 @@ pub async fn run_embeddings(
     transport: &Transport,
     body: Bytes,
     channels: usize,
+    own_wait: bool,
 ) -> Result<(EmbeddingMatrix, Vec<String>, Option<String>, Bytes), Error> {
-    let call = transport.query_call(body);
+    let mut call = transport.query_call(body);
+    call.retry_gateway_timeout = !own_wait;
     transport
         .execute(&call, |response| async move {
             let raw = transport.body(response).await?;

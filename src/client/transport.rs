@@ -73,6 +73,10 @@ pub struct Call {
     /// uploads settle a repeat's 409 themselves), as do the per-endpoint calls their caller
     /// marks ([`crate::client::endpoint::JsonCall`]).
     pub repeatable: bool,
+    /// Whether a 504 is retried, as the retry rule has it. A query that sets its own wait
+    /// (`max_wait_time_sec`) gets a 504 when that wait expires: sent again, it would run the
+    /// model again and take the caller's deadline two or three times over, so its 504 is final.
+    pub retry_gateway_timeout: bool,
 }
 
 /// Whether HTTP says a request of `method` may be sent again: GET, HEAD, PUT, DELETE, OPTIONS
@@ -115,6 +119,7 @@ impl Call {
             headers: Vec::new(),
             parsed_url: None,
             deadline: None,
+            retry_gateway_timeout: true,
         }
     }
 
@@ -387,7 +392,11 @@ impl Transport {
                     );
                     return Err(Error::NotRepeated { last: Box::new(err), method: call.method.to_string() });
                 }
-                Err(err) if err.is_retryable() && (for_its_turn || retries < policy.max_retries) => {
+                Err(err)
+                    if err.is_retryable()
+                        && (call.retry_gateway_timeout || !matches!(&err, Error::Api(api) if api.status == 504))
+                        && (for_its_turn || retries < policy.max_retries) =>
+                {
                     retries += u32::from(!for_its_turn);
                     let delay = policy.delay(attempt, err.retry_after());
                     if call.deadline.is_some_and(|deadline| tokio::time::Instant::now() + delay >= deadline) {

@@ -26,18 +26,15 @@ fn read_ref(shared: &Shared, org: &str, reference: &Value) -> (String, Vec<u8>) 
     (id, bytes)
 }
 
-/// Writes `content` into the organization's files as `name`, and returns its size. A file of
-/// that name is never replaced: a run never destroys data it was not given to write. A sink
-/// named like an existing file is refused when the run is made (409 `file_already_exists`, as an
-/// upload of a taken name is); one uploaded while the run ran fails the run here, naming it.
-/// (Result files without a sink carry the run's id in their name, so they meet no other file.)
+/// Writes `content` into the organization's files as `name`, and returns its size. An earlier
+/// file of that name (a sink's output from a previous run) is replaced; a sink naming one of the
+/// run's own sources is refused when the run is made (409 `file_already_exists`). (Result files
+/// without a sink carry the run's id in their name, so they meet no other file.)
 fn write_file(shared: &Shared, org: &str, name: &str, content: &[u8]) -> std::io::Result<u64> {
     let uid = uuid::Uuid::new_v4().to_string();
     let temp = shared.files.dir().join(format!("result-{uid}.part"));
     std::fs::write(&temp, content)?;
     let mime = crate::wire::files::mime_for_name(name).unwrap_or("application/octet-stream");
-    // A sink's earlier output is replaced (a sink naming the run's own source is refused when
-    // the run is made, see routes.rs `run_bundle`).
     shared.files.remove(org, name);
     match shared.files.adopt(org, name, mime, uid, &temp, content.len() as u64)? {
         Ok(_) => Ok(content.len() as u64),
