@@ -321,3 +321,24 @@ def test_file_ids_take_one_record_or_any_iterable_of_names_and_records(emu, clie
     for file_ids in (record, (f for f in [record]), {"notes.txt"}, np.array(["notes.txt"]), client.files.list()):
         client.query(REASONER, "x", file_ids=file_ids)
         assert body_json(calls(emu, "/query")[-1])["file_ids"] == ["notes.txt"], file_ids
+
+
+def test_a_result_saved_as_json_loads_back_equal_from_text_bytes_or_dict(client):
+    import json as _json
+
+    result = client.query(REASONER, "hello")
+    saved = _json.dumps(result.to_dict(), indent=2)  # other whitespace than the platform's
+    for body in (saved, saved.encode(), result.to_dict()):
+        back = type(result).from_json(body)
+        assert back == result and hash(back) == hash(result) and back.text == result.text
+    with pytest.raises(TypeError, match="body: expected"):
+        type(result).from_json(42)
+
+
+def test_embeddings_saved_as_json_load_back_equal(client):
+    import json as _json
+
+    emb = client.embed(ENCODER, np.ones((2, 16)))
+    back = type(emb).from_json(_json.dumps(emb.to_dict(), indent=1))
+    assert back == emb and hash(back) == hash(emb)
+    np.testing.assert_array_equal(back.vectors, emb.vectors)

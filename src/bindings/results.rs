@@ -20,8 +20,38 @@ pub(crate) fn loads<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<Bound<'py, PyA
 fn hash_of(raw: &[u8]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    raw.hash(&mut hasher);
+    canonical(raw).hash(&mut hasher);
     hasher.finish()
+}
+
+/// The answer as compact JSON, which equality and the hash compare: a result saved as JSON with
+/// other whitespace (`json.dump(r.to_dict(), f, indent=2)`) and loaded back equals the original.
+/// The bytes as they came when they are not JSON (nothing else reaches a result).
+fn canonical(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    match serde_json::from_slice::<serde_json::Value>(raw).and_then(|v| serde_json::to_vec(&v)) {
+        Ok(compact) => std::borrow::Cow::Owned(compact),
+        Err(_) => std::borrow::Cow::Borrowed(raw),
+    }
+}
+
+/// The body `from_json` takes: the answer's bytes, its text, or the dict `to_dict()` gave.
+fn json_body(body: &Bound<'_, PyAny>) -> PyResult<Bytes> {
+    if let Ok(bytes) = body.extract::<Vec<u8>>() {
+        if !body.is_instance_of::<pyo3::types::PyString>() {
+            return Ok(Bytes::from(bytes));
+        }
+    }
+    if let Ok(text) = body.cast::<pyo3::types::PyString>() {
+        return Ok(Bytes::from(text.to_str()?.as_bytes().to_vec()));
+    }
+    if body.is_instance_of::<PyDict>() {
+        let text: String = body.py().import("json")?.getattr("dumps")?.call1((body,))?.extract()?;
+        return Ok(Bytes::from(text.into_bytes()));
+    }
+    Err(pyo3::exceptions::PyTypeError::new_err(format!(
+        "body: expected the answer as bytes, str or the dict to_dict() gave, got {}",
+        body.get_type().name()?
+    )))
 }
 
 /// The result of `client.query(...)`.
@@ -80,7 +110,7 @@ impl QueryResult {
     /// Equal when the platform's answers are the same bytes: a pickled or copied result equals
     /// its original (two calls' answers differ, if only by their `query_id`).
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other.cast::<QueryResult>().is_ok_and(|o| o.get().raw == self.raw)
+        other.cast::<QueryResult>().is_ok_and(|o| o.get().raw == self.raw || canonical(&o.get().raw) == canonical(&self.raw))
     }
 
     fn __hash__(&self) -> u64 {
@@ -109,14 +139,15 @@ impl QueryResult {
         loads(py, &self.raw)
     }
 
-    /// Rebuilds a result from a response body (how results pickle).
+    /// Rebuilds a result from a response body (how results pickle): its bytes, its text, or the
+    /// dict `to_dict()` gave.
     #[staticmethod]
-    fn from_json(py: Python<'_>, body: Vec<u8>) -> PyResult<Self> {
-        let raw = Bytes::from(body);
+    fn from_json(py: Python<'_>, body: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let raw = json_body(body)?;
         let parsed: QueryResponse =
-            crate::client::transport::decode_json("", &raw).map_err(|e| super::errors::to_pyerr(py, e))?;
+            crate::client::transport::decode_json("QueryResult.from_json", &raw).map_err(|e| super::errors::to_pyerr(py, e))?;
         let texts = output_texts(&parsed)
-            .map_err(|problem| super::errors::to_pyerr(py, crate::client::Error::unexpected("", problem, &raw)))?;
+            .map_err(|problem| super::errors::to_pyerr(py, crate::client::Error::unexpected("QueryResult.from_json", problem, &raw)))?;
         Ok(QueryResult::new(parsed, texts, raw))
     }
 
@@ -174,7 +205,7 @@ impl<'py> IntoPyObject<'py> for EmbeddingsData {
 impl Embeddings {
     /// Equal when the platform's answers are the same bytes, as for `QueryResult`.
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other.cast::<Embeddings>().is_ok_and(|o| o.get().raw == self.raw)
+        other.cast::<Embeddings>().is_ok_and(|o| o.get().raw == self.raw || canonical(&o.get().raw) == canonical(&self.raw))
     }
 
     fn __hash__(&self) -> u64 {
@@ -215,10 +246,11 @@ impl Embeddings {
         loads(py, &self.raw)
     }
 
-    /// Rebuilds embeddings from a response body (how they pickle).
+    /// Rebuilds embeddings from a response body (how they pickle): its bytes, its text, or the
+    /// dict `to_dict()` gave.
     #[staticmethod]
-    fn from_json<'py>(py: Python<'py>, body: Vec<u8>) -> PyResult<Bound<'py, Embeddings>> {
-        let raw = Bytes::from(body);
+    fn from_json<'py>(py: Python<'py>, body: &Bound<'_, PyAny>) -> PyResult<Bound<'py, Embeddings>> {
+        let raw = json_body(body)?;
         let data = crate::client::query::parse_embeddings(&raw, None).map_err(|e| super::errors::to_pyerr(py, e))?;
         EmbeddingsData { matrix: data.0, warnings: data.1, query_id: data.2, raw }.into_pyobject(py)
     }
