@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from . import _core
@@ -23,6 +24,7 @@ from ._options import (
 )
 from ._endpoints import AsyncRunner, SyncRunner
 from ._secrets import API_KEY_ENV
+from .pagination import AsyncPager
 from .resources import AsyncFiles, AsyncModels, Files, Models
 from .resources.agents import Agents, AsyncAgents
 from .resources.batch import AsyncBatch, Batch
@@ -144,10 +146,9 @@ def _query_fields(params: Any) -> Any:
     file_ids = params.get("file_ids")
     if isinstance(file_ids, FileRecord):
         file_ids = [file_ids]  # one file, as its record
-    elif file_ids is not None and not isinstance(file_ids, (str, bytes, dict)) and hasattr(file_ids, "__iter__") \
-            and not isinstance(file_ids, (list, tuple)) and not hasattr(file_ids, "__aiter__"):
+    elif isinstance(file_ids, Iterable) and not isinstance(file_ids, (str, bytes, dict, AsyncPager)):
         file_ids = list(file_ids)  # a generator, a set, a numpy array of names, a pager of records
-    if isinstance(file_ids, (list, tuple)):
+    if isinstance(file_ids, list):
         params = {**params, "file_ids": [f.file_id if isinstance(f, FileRecord) else f for f in file_ids]}
     return params
 

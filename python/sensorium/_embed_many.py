@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._endpoints import warn_caller
-from ._numeric import as_channels, is_dataframe, is_series, without_mask
+from ._numeric import as_channels, is_series, without_mask
 from ._progress import _Reporter
 from .errors import EmbedManyError, InvalidArgumentError, PayloadTooLargeError
 
@@ -70,7 +70,7 @@ class _Source:
             self._array, self.total, self.channels = windows, windows.shape[0], windows.shape[1]
             return
         # A table of any library (pandas, polars...) is a recording, not windows.
-        if isinstance(windows, (str, bytes, dict)) or is_dataframe(windows) or is_series(windows) or hasattr(windows, "columns"):
+        if isinstance(windows, (str, bytes, dict)) or is_series(windows) or hasattr(windows, "columns"):
             raise InvalidArgumentError(
                 f"windows: takes a 3-D array, a list of 2-D arrays or an iterator of them, got {type(windows).__name__}; "
                 "sensorium.windows(df, window=...) cuts a DataFrame into windows",

@@ -36,13 +36,11 @@ fn canonical(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
 
 /// The body `from_json` takes: the answer's bytes, its text, or the dict `to_dict()` gave.
 fn json_body(body: &Bound<'_, PyAny>) -> PyResult<Bytes> {
-    if let Ok(bytes) = body.extract::<Vec<u8>>() {
-        if !body.is_instance_of::<pyo3::types::PyString>() {
-            return Ok(Bytes::from(bytes));
-        }
-    }
     if let Ok(text) = body.cast::<pyo3::types::PyString>() {
         return Ok(Bytes::from(text.to_str()?.as_bytes().to_vec()));
+    }
+    if let Ok(bytes) = body.extract::<Vec<u8>>() {
+        return Ok(Bytes::from(bytes));
     }
     if body.is_instance_of::<PyDict>() {
         let text: String = body.py().import("json")?.getattr("dumps")?.call1((body,))?.extract()?;

@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use super::query::json_type;
 use crate::wire::page::CursorPage;
 
 /// Reads a list response: `{data, has_more, next_cursor, prev_cursor}` (1.1.11 on), a bare
@@ -18,7 +19,7 @@ pub fn normalize_page(body: Value) -> Result<CursorPage<Value>, String> {
                 Some(Value::Array(items)) => items,
                 // Servers write an empty list as null too.
                 Some(Value::Null) => Vec::new(),
-                Some(other) => return Err(format!("the page's data is {}, not a list", kind_of(&other))),
+                Some(other) => return Err(format!("the page's data is {}, not a list", json_type(&other))),
                 None => match items_key(&map)? {
                     Some(key) => match map.remove(&key) {
                         Some(Value::Array(items)) => items,
@@ -88,17 +89,6 @@ fn items_key(map: &serde_json::Map<String, Value>) -> Result<Option<String>, Str
 }
 
 const SIDE_LISTS: [&str; 6] = ["warnings", "errors", "warning_messages", "error_messages", "messages", "notices"];
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -162,7 +162,7 @@ fn check_kind(name: &str, kind: FieldKind, value: &Value) -> Result<(), Error> {
     Err(Error::invalid_argument(name, format!("must be {expected}, got {}", json_type(value))))
 }
 
-fn json_type(value: &Value) -> &'static str {
+pub(crate) fn json_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "None",
         Value::Bool(_) => "a boolean",
