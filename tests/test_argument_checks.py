@@ -232,9 +232,21 @@ def test_a_value_that_contains_itself_or_nests_too_deep_is_refused_not_a_crash(t
     (lambda c: c.batch.jobs.create("n", pipeline_key="machine-state-classification",
                                    inputs={"worker.inference": ["bad\udcff"]}), "inputs",
      'inputs["worker.inference"][0]["file_id"]'),
-], ids=["top-level", "nested"])
+    # Body members named unlike the keyword they came from: the keyword names the value.
+    (lambda c: c.agents.bundles.run("bnd_1", "a.csv", sink={"type": "file", "id": "out.csv", "note": "bad\udcff"}),
+     "sink", 'sink["note"]'),
+    (lambda c: c.agents.bundles.run("bnd_1", [{"type": "file", "id": "a.csv", "note": "bad\udcff"}]),
+     "source", 'source[0]["note"]'),
+    (lambda c: c.agents.instances.query("agt_1", {"text": "bad\udcff"}), "data", 'data["text"]'),
+    (lambda c: c.lens.register("l", model_pipeline=[{"processor_name": "p", "processor_config": {"k": "bad\udcff"}}]),
+     "model_pipeline", 'model_pipeline[0]["processor_config"]["k"]'),
+    (lambda c: c.lens.register({"lens_name": "l", "model_pipeline": [], "model_parameters": {"k": "bad\udcff"}}),
+     "name", 'name["model_parameters"]["k"]'),
+], ids=["top-level", "nested", "run-sink", "run-source", "serving-query", "lens-pipeline", "lens-whole-config"])
+@pytest.mark.filterwarnings("ignore:the lens runtime is deprecated:DeprecationWarning")
 def test_a_bad_value_in_a_body_is_named_by_the_keyword_the_caller_gave(emu, client_kind, sent, operation, argument, place):
-    """It was named by its place in the wire body (`body["inputs"]...`), which the caller never wrote."""
+    """It was named by its place in the wire body (`body["inputs"]...`, `connectors["sink"]`),
+    which the caller never wrote."""
     before = sent()
     with pytest.raises(InvalidArgumentError, match="not valid UTF-8") as info:
         run_on(client_kind, operation, api_key=emu.api_key, base_url=emu.base_url)

@@ -689,6 +689,8 @@ NAN, INF = float("nan"), float("inf")
     (("GET", "/models"), {}, "a status, an action or a delay"),
     (("GET", "/models", 500), {"times": 0}, "times"),
     (("GET", "/models", 500), {"times": -1}, "times"),
+    (("GET", "/models", 500), {"probability": 0.0}, "probability"),
+    (("GET", "/models", 500), {"probability": 1.5}, "probability"),
     (("GET", "/models", -1), {}, "status"),
     (("GET", "/models", 70000), {}, "status"),
     (("GET", "/models", 429), {"retry_after": -1}, "retry_after"),

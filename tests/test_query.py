@@ -128,6 +128,18 @@ def test_every_optional_field_is_sent_as_given(emu, client, tmp_path):
     assert sent == fields
 
 
+def test_max_frames_above_what_the_service_takes_warns_and_is_sent(emu, client, recwarn):
+    """The service ignores max_frames above 64 (wire notes): the caller is told, not left to find
+    fewer frames in the answer; the value still goes out as given."""
+    with pytest.warns(UserWarning, match=r"max_frames=100: the platform ignores max_frames above 64") as caught:
+        client.query(REASONER, "Describe.", max_frames=100)
+    assert caught[0].filename == __file__  # points at the caller's line
+    assert body_json(calls(emu, "/query")[-1])["max_frames"] == 100
+    recwarn.clear()
+    client.query(REASONER, "Describe.", max_frames=64)
+    assert not [w for w in recwarn if "max_frames" in str(w.message)]
+
+
 def test_numpy_scalars_are_sent_as_numbers(emu, client):
     client.query(REASONER, "hi", max_new_tokens=np.int64(5), temperature=np.float32(0.5), do_sample=np.bool_(False))
     sent = body_json(emu.requests[-1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
@@ -140,6 +141,10 @@ def _unpickle_client(cls: type[_BaseClient], config: dict[str, Any]) -> _BaseCli
     return client
 
 
+# The most video frames the service samples; a larger `max_frames` is ignored (wire notes).
+MOST_FRAMES = 64
+
+
 def _query_fields(params: Any) -> Any:
     """``query``'s fields as sent: a ``FileRecord`` in ``file_ids`` stands for its ``file_id``, as
     it does in batch and agent inputs (everything else is checked by the core)."""
@@ -150,6 +155,12 @@ def _query_fields(params: Any) -> Any:
         file_ids = list(file_ids)  # a generator, a set, a numpy array of names, a pager of records
     if isinstance(file_ids, list):
         params = {**params, "file_ids": [f.file_id if isinstance(f, FileRecord) else f for f in file_ids]}
+    frames = params.get("max_frames")
+    if isinstance(frames, int) and not isinstance(frames, bool) and frames > MOST_FRAMES:
+        # Sent as given (a later release may take more), but the caller should know that today
+        # it does not do what it says: the wire notes record the service ignoring it.
+        warnings.warn(f"max_frames={frames}: the platform ignores max_frames above {MOST_FRAMES}, so this query "
+                      f"does not sample {frames} frames; pass {MOST_FRAMES} or fewer", UserWarning, stacklevel=3)
     return params
 
 

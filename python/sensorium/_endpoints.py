@@ -51,7 +51,9 @@ class Request(Generic[T]):
     whose repeat meets 409 already-terminal; a query, which changes nothing): the core sends it
     again when its answer is lost. Any other POST is not sent again once it may have reached the
     server (the platform has no idempotency keys; the error's ``may_have_been_processed`` says
-    so); GET, PUT and DELETE are always repeatable."""
+    so); GET, PUT and DELETE are always repeatable. ``renamed`` maps places in the body that
+    came from a keyword argument of another name to that name (``{'connectors["sink"]': "sink"}``),
+    so a bad value there is named as the caller wrote it."""
 
     method: str
     path: str
@@ -61,6 +63,7 @@ class Request(Generic[T]):
     cast: Callable[[Any], T] = _identity
     deadline: Optional[float] = None
     repeatable: bool = False
+    renamed: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -249,8 +252,9 @@ def _item_cursor_page(raw: Any, direction: str) -> dict[str, Any]:
 
 def _read(build: Callable[[Any], T], raw: Any, redact: Callable[[str], str]) -> T:
     """``build(raw)``. An answer of the wrong shape raises ``APIResponseValidationError`` with the
-    whole answer as its ``body`` (a record or page knows only its own part), and the client's key
-    taken out of both: a 2xx body is not redacted on its way in, as error bodies are."""
+    whole answer as its ``body`` (a record or page knows only its own part). The core took the
+    client's key out of the answer on arrival; both are redacted again all the same, since an
+    exception is the one place the house rules most need it kept out of."""
     try:
         return build(raw)
     except APIResponseValidationError as wrong:
@@ -284,7 +288,7 @@ class SyncRunner:
         # (a bundle created) into ClientClosedError, which invites a duplicate.
         core = self._core()
         raw = core.request(request.method, request.surface, request.path, dict(request.query), request.body,
-                           False, False, _within(request.deadline), request.repeatable)
+                           False, False, _within(request.deadline), request.repeatable, dict(request.renamed))
         return _read(request.cast, raw, core.redact)
 
     def pager(self, request: ListRequest[T], deadline: Optional[float] = None) -> SyncPager[T]:
@@ -299,7 +303,7 @@ class SyncRunner:
 
             return fetch
 
-        return SyncPager(walk(), request.start, walk=walk)
+        return SyncPager(walk(), request.start, walk=walk, source=request.path)
 
     def drive(self, operation: Operation[T]) -> T:
         value: Any = None
@@ -360,7 +364,8 @@ class AsyncRunner:
         # only for the call, since a core kept alive would keep its connections open.
         core = self._core()
         raw = await core.request(request.method, request.surface, request.path, dict(request.query),
-                                 request.body, False, True, _within(request.deadline), request.repeatable)
+                                 request.body, False, True, _within(request.deadline), request.repeatable,
+                                 dict(request.renamed))
         return _read(request.cast, raw, core.redact)
 
     def pager(self, request: ListRequest[T], deadline: Optional[float] = None) -> AsyncPager[T]:
@@ -375,7 +380,7 @@ class AsyncRunner:
 
             return fetch
 
-        return AsyncPager(walk(), request.start, walk=walk)
+        return AsyncPager(walk(), request.start, walk=walk, source=request.path)
 
     async def drive(self, operation: Operation[T]) -> T:
         value: Any = None
@@ -472,3 +477,10 @@ class Resource:
     def __repr__(self) -> str:
         kind = "async " if self._runner.asynchronous else ""
         return f"<{kind}{type(self).__name__} resource>"
+
+
+class Namespace:
+    """A group of resources (``client.agents``, ``client.batch``); its repr lists them."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: {', '.join(name for name in vars(self) if not name.startswith('_'))}>"

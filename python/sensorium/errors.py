@@ -420,11 +420,13 @@ class RateLimitError(APIStatusError):
 
 
 class InternalServerError(APIStatusError):
-    """5xx (500, 502 and 503 are retried automatically before they are raised)."""
+    """5xx (500, 502, 503 and 504 are retried automatically before they are raised; 501, 505 and
+    the others would only repeat and are raised at once)."""
 
 
 class GatewayTimeoutError(InternalServerError):
-    """504: the gateway gave up, e.g. ``/query`` ran past ``max_wait_time_sec``."""
+    """504: the gateway gave up. Retried like a 500, except the one that ends a ``/query``'s own
+    ``max_wait_time_sec``, which is final."""
 
 
 class APIConnectionError(APIError):

@@ -194,7 +194,7 @@ def check_job(model: str, method: Any, training_files: Any, validation_files: An
         methods, file_type = (("lora",), "plain") if family == "reasoner" else (("head", "knn"), "n_shot")
         if method["type"] not in methods:
             raise InvalidArgumentError(
-                f"method: {model!r} is a {'reasoning model' if family == 'reasoner' else 'encoder'}, which is tuned "
+                f"method: {model!r} is {'a reasoning model' if family == 'reasoner' else 'an encoder'}, which is tuned "
                 f"with {' or '.join(methods)}, not {method['type']!r}", argument="method")
         for name in ("training_files", "validation_files"):
             for entry in body.get(name, []):

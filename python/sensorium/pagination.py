@@ -59,17 +59,29 @@ class _Cursors:
         return cursor
 
 
+def _pager_repr(pager: Any, source: str | None) -> str:
+    # A pager reads nothing until iterated; a notebook user who expected a list sees how to get one.
+    where = f" over {source}" if source else ""
+    how = "async for over it" if isinstance(pager, AsyncPager) else "iterate it, or list(...) it,"
+    return f"<{type(pager).__name__}{where}: {how} to fetch the items>"
+
+
 class SyncPager(Generic[T]):
     """Iterates every item of a list, fetching the next page only when needed."""
 
     def __init__(self, fetch: Callable[[str | None], Page[T]], cursor: str | None = None, *,
-                 walk: Callable[[], Callable[[str | None], Page[T]]] | None = None) -> None:
+                 walk: Callable[[], Callable[[str | None], Page[T]]] | None = None,
+                 source: str | None = None) -> None:
         # `walk` makes the fetch of one walk (its own state: the cursor parameter a page
         # switched to, the ids an offset-style walk has given), so walks of one pager, one
-        # after another or interleaved, never share it.
+        # after another or interleaved, never share it. `source` (the list's path) is for repr.
         self._fetch = fetch
         self._cursor = cursor
         self._walk = walk
+        self._source = source
+
+    def __repr__(self) -> str:
+        return _pager_repr(self, self._source)
 
     def _walk_fetch(self) -> Callable[[str | None], Page[T]]:
         return self._walk() if self._walk is not None else self._fetch
@@ -105,13 +117,18 @@ class AsyncPager(Generic[T]):
     """``async for`` over every item of a list, fetching pages lazily."""
 
     def __init__(self, fetch: Callable[[str | None], Awaitable[Page[T]]], cursor: str | None = None, *,
-                 walk: Callable[[], Callable[[str | None], Awaitable[Page[T]]]] | None = None) -> None:
+                 walk: Callable[[], Callable[[str | None], Awaitable[Page[T]]]] | None = None,
+                 source: str | None = None) -> None:
         # `walk` makes the fetch of one walk (its own state: the cursor parameter a page
         # switched to, the ids an offset-style walk has given), so walks of one pager, one
-        # after another or interleaved, never share it.
+        # after another or interleaved, never share it. `source` (the list's path) is for repr.
         self._fetch = fetch
         self._cursor = cursor
         self._walk = walk
+        self._source = source
+
+    def __repr__(self) -> str:
+        return _pager_repr(self, self._source)
 
     def _walk_fetch(self) -> Callable[[str | None], Awaitable[Page[T]]]:
         return self._walk() if self._walk is not None else self._fetch

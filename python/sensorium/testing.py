@@ -169,6 +169,7 @@ class Emulator:
             rate_limit=rate_limit,
             max_query_size_mb=max_query_size_mb,
         )
+        self._stopped = False
 
     @property
     def base_url(self) -> str:
@@ -264,7 +265,7 @@ class Emulator:
         nothing) or ``"truncate"`` (send half the body, then close). An open-ended body, such as
         a lens session's event stream, is cut inside its first chunk. A rule that could never
         apply (an unknown method, a path without its leading ``/``, no status, action or delay,
-        ``times=0``) is a ``ValueError`` naming the argument.
+        ``times=0``, ``probability=0``) is a ``ValueError`` naming the argument.
 
         Example::
 
@@ -424,6 +425,7 @@ class Emulator:
         """Stop the server and remove its data. Safe to call more than once. Afterwards
         :attr:`requests` still reads the log, and the controls raise ``RuntimeError``."""
         self._server.stop()
+        self._stopped = True
 
     close = stop
 
@@ -439,7 +441,7 @@ class Emulator:
         self.stop()
 
     def __repr__(self) -> str:
-        return f"Emulator(base_url={self.base_url!r})"
+        return f"Emulator(base_url={self.base_url!r}{', stopped' if self._stopped else ''})"
 
 
 def _model_list(models: Optional[Sequence[ModelSpec]]) -> Optional[list[Any]]:

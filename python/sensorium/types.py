@@ -7,6 +7,7 @@ Records keep every field the platform sent: known ones are attributes, unknown o
 from __future__ import annotations
 
 import copy
+import reprlib
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, ClassVar, Iterable, Optional, Sequence, TypedDict, TypeVar
 
@@ -109,6 +110,15 @@ class _Record:
         # in place, and a cached hash would then disagree with `__eq__` (and str hashes differ
         # between processes, so a cache would also be wrong in a pickled copy).
         return hash((type(self).__qualname__, *(_frozen(getattr(self, f.name)) for f in fields(self) if f.compare)))
+
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        # The dataclass repr would lead with `extra={}`, the one field most records leave empty:
+        # the record's own fields come first, and `extra` only when the platform sent more.
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr and f.name != "extra"]
+        if self.extra:
+            shown.append(f"extra={self.extra!r}")
+        return f"{type(self).__qualname__}({', '.join(shown)})"
 
     def to_dict(self) -> dict[str, Any]:
         """The record as the platform sent it (unknown fields included); for a record built by
@@ -559,7 +569,7 @@ def lens_session_status(value: Any) -> str:
 
 
 # `@dataclass(frozen=True)` gives every record class a `__hash__` of its own (the field tuple's,
-# which fails on dicts); each gets `_Record.__hash__` back.
+# which fails on dicts) and a `__repr__` that leads with `extra`; each gets `_Record`'s back.
 def _record_classes(cls: type) -> list[type]:
     found = [cls]
     sub: type
@@ -570,6 +580,7 @@ def _record_classes(cls: type) -> list[type]:
 
 for _cls in _record_classes(_Record):
     setattr(_cls, "__hash__", _Record.__hash__)
+    setattr(_cls, "__repr__", _Record.__repr__)
 
 
 class QueryParams(TypedDict, total=False):

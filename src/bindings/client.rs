@@ -3,6 +3,7 @@
 //! are one request and its answer go through `runtime::run_unary`, which runs a blocking one on
 //! the calling thread), and converts the result. Protocol decisions live in `crate::client`.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -179,7 +180,9 @@ impl CoreClient {
     /// (retries included) is over within that many seconds, or raises `WaitTimeoutError` from
     /// its last failure. `repeatable` marks a POST safe to send again after its answer was lost
     /// (GET, PUT, DELETE... are); any other POST is not (`Call::repeatable`).
-    #[pyo3(signature = (method, surface, path, query, body, page, asynchronous, within=None, repeatable=false))]
+    /// `renamed` maps places in the body to the keyword arguments they came from, where the two
+    /// differ (`as_keyword_argument`).
+    #[pyo3(signature = (method, surface, path, query, body, page, asynchronous, within=None, repeatable=false, renamed=None))]
     #[allow(clippy::too_many_arguments)]
     fn request<'py>(
         &self,
@@ -193,7 +196,9 @@ impl CoreClient {
         asynchronous: bool,
         within: Option<f64>,
         repeatable: bool,
+        renamed: Option<HashMap<String, String>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let renamed = renamed.unwrap_or_default();
         guard("request", || {
             let path = text(py, path, "path")?;
             let build = || -> Result<JsonCall, Error> {
@@ -207,7 +212,7 @@ impl CoreClient {
                     None => Map::new(),
                 };
                 let body = match body {
-                    Some(b) if !b.is_none() => Some(py_to_value(b, "body").map_err(as_keyword_argument)?),
+                    Some(b) if !b.is_none() => Some(py_to_value(b, "body").map_err(|e| as_keyword_argument(e, &renamed))?),
                     _ => None,
                 };
                 let within = match within {
@@ -550,26 +555,38 @@ fn isinstance_str(obj: &Bound<'_, PyAny>) -> bool {
     obj.is_instance_of::<pyo3::types::PyString>()
 }
 
-/// A bad value inside a request body, named by its place in the body (`body["inputs"][0]`), as
-/// the caller gave it: the body's members are the keyword arguments of the method that built it
-/// (`inputs=`), so the argument is the member, and the message names the place below it
-/// (`inputs: inputs[0]["file_id"] is a string that is not valid UTF-8`).
-fn as_keyword_argument(err: Error) -> Error {
-    match err {
-        Error::InvalidArgument { argument, message } => {
-            let Some(inner) = argument.strip_prefix("body[\"") else {
-                return Error::InvalidArgument { argument, message };
-            };
-            match inner.split_once("\"]") {
-                Some((member, rest)) => {
-                    let message = if rest.is_empty() { message } else { format!("{member}{rest} {message}") };
-                    Error::InvalidArgument { argument: member.to_string(), message }
-                }
-                None => Error::InvalidArgument { argument, message },
-            }
-        }
-        other => other,
-    }
+/// A bad value inside a request body, named as the caller gave it. Most of a body's members are
+/// the keyword arguments of the method that built it (`inputs=`), so the argument is the member
+/// and the message names the place below it (`inputs: inputs[0]["file_id"] is a string that is
+/// not valid UTF-8`). `renamed` holds the places that came from a keyword of another name
+/// (`connectors["sink"]` from `sink=`): the longest that holds the value names it instead
+/// (`sink: sink["extra"] is a set`); the place `""` is the whole body, for a body that is one
+/// keyword's dict sent as it is (`data: data["x"] is a set`).
+fn as_keyword_argument(err: Error, renamed: &HashMap<String, String>) -> Error {
+    let Error::InvalidArgument { argument, message } = err else {
+        return err;
+    };
+    let Some(place) = argument.strip_prefix("body[\"") else {
+        return Error::InvalidArgument { argument, message };
+    };
+    let Some((member, rest)) = place.split_once("\"]") else {
+        return Error::InvalidArgument { argument, message };
+    };
+    let place = format!("{member}{rest}");
+    let keyword = renamed
+        .iter()
+        .filter(|(prefix, _)| {
+            prefix.is_empty()
+                || place.strip_prefix(prefix.as_str()).is_some_and(|after| after.is_empty() || after.starts_with('['))
+        })
+        .max_by_key(|(prefix, _)| prefix.len());
+    let (argument, place) = match keyword {
+        Some((prefix, keyword)) if prefix.is_empty() => (keyword.clone(), format!("{keyword}[\"{member}\"]{rest}")),
+        Some((prefix, keyword)) => (keyword.clone(), format!("{keyword}{}", &place[prefix.len()..])),
+        None => (member.to_string(), place),
+    };
+    let message = if place == argument { message } else { format!("{place} {message}") };
+    Error::InvalidArgument { argument, message }
 }
 
 /// Whether a query's fields set its own wait (`max_wait_time_sec`), whose expiry (504) is then

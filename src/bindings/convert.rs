@@ -94,7 +94,9 @@ fn scalar_or_tolist(obj: &Bound<'_, PyAny>, path: &str, within: &mut Vec<*mut py
             Err(err) => keep_copy(obj.py(), &err),
         }
     }
-    Err(Error::invalid_argument(path, format!("is a {}, which cannot be sent as JSON", type_name(obj))))
+    let name = type_name(obj);
+    let article = if name.starts_with(['a', 'e', 'i', 'o', 'u', 'A', 'E', 'I', 'O', 'U']) { "an" } else { "a" };
+    Err(Error::invalid_argument(path, format!("is {article} {name}, which cannot be sent as JSON")))
 }
 
 fn has_tolist(obj: &Bound<'_, PyAny>) -> bool {

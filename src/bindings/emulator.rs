@@ -138,8 +138,9 @@ fn fault_rule(
     let statuses = Range::FromTo((*FAULT_STATUSES.start()).into(), (*FAULT_STATUSES.end()).into());
     let status = ranged_opt(status, "status", statuses)?;
     let times = ranged_opt(times, "times", Range::AtLeast(1, U32_MAX))?;
-    if !(0.0..=1.0).contains(&probability) {
-        return Err(PyValueError::new_err(format!("probability must be from 0 to 1, got {probability}")));
+    // 0 would be a rule that never applies, which a test meant to fault would pass without it.
+    if !(probability > 0.0 && probability <= 1.0) {
+        return Err(PyValueError::new_err(format!("probability must be more than 0 and at most 1, got {probability}")));
     }
     let delay = delay.map(|d| seconds(d, "delay")).transpose()?;
     let retry_after = retry_after.map(|d| seconds(d, "retry_after")).transpose()?;

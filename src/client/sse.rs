@@ -26,8 +26,22 @@ pub const STREAM_END: &str = "sse.stream.end";
 
 /// Reconnects in a row without receiving an event before the feed gives up. The count starts
 /// over whenever an event is handed out (not the start frame or a hidden heartbeat), so a long
-/// stream that drops now and then never runs out.
+/// stream that drops now and then never runs out. Each reconnect's connect is itself retried by
+/// the client's retry rule, so with the defaults a stream rides out about 30 s without a server.
+/// A client with `max_retries=0` asked for no retries: its stream only resumes once, at once,
+/// after a connection that delivered events (`reconnects_allowed`).
 pub const MAX_RECONNECTS: u32 = 8;
+
+/// How many reconnects in a row `transport`'s streams make: `MAX_RECONNECTS`, or for a client
+/// that retries nothing the one resume that a dropped connection's events earn (a resume is not
+/// a retry of anything that failed, and costs nothing when the server is there).
+fn reconnects_allowed(transport: &Transport) -> u32 {
+    if transport.config.retry.max_retries == 0 {
+        1
+    } else {
+        MAX_RECONNECTS
+    }
+}
 
 /// Events per batch handed to the reader: large enough that the channel hop is amortised, small
 /// enough that a slow reader holds little.
@@ -124,6 +138,7 @@ pub async fn pump(transport: &Transport, path: &str, options: StreamOptions, tx:
     let mut last_id = options.last_event_id.clone();
     let mut server_retry: Option<Duration> = None;
     let mut failures: u32 = 0;
+    let allowed = reconnects_allowed(transport);
     loop {
         let mut call = Call::get(url.clone());
         call.streaming = true;
@@ -148,7 +163,7 @@ pub async fn pump(transport: &Transport, path: &str, options: StreamOptions, tx:
             Ended::Graceful | Ended::Abandoned => return,
             Ended::Lost { reason, received } => {
                 failures = if received { 1 } else { failures + 1 };
-                if failures > MAX_RECONNECTS {
+                if failures > allowed {
                     // With no event id yet there is no place to resume from, only the start.
                     let resume = match &last_id {
                         Some(id) => format!("resume later with last_event_id={id:?}"),
@@ -156,10 +171,17 @@ pub async fn pump(transport: &Transport, path: &str, options: StreamOptions, tx:
                                  (without last_event_id)"
                             .to_string(),
                     };
-                    let message = format!(
-                        "the event stream was lost and {MAX_RECONNECTS} reconnects in a row brought no event \
-                         (last: {reason}); {resume}"
-                    );
+                    let message = if transport.config.retry.max_retries == 0 {
+                        format!(
+                            "the event stream was lost and, the client having max_retries=0, is not reconnected \
+                             to again (last: {reason}); {resume}"
+                        )
+                    } else {
+                        format!(
+                            "the event stream was lost and {allowed} reconnects in a row brought no event \
+                             (last: {reason}); {resume}"
+                        )
+                    };
                     let _ = tx.send(Err(Error::Connection { message })).await;
                     return;
                 }
@@ -485,9 +507,14 @@ mod tests {
 
     /// What `pump` sends for the stream at `base`, with a backoff of a millisecond.
     async fn pumped(base: String) -> Vec<Feed> {
+        pumped_with(base, 2).await
+    }
+
+    async fn pumped_with(base: String, max_retries: u32) -> Vec<Feed> {
         let mut config = crate::client::config::ClientConfig::resolve(Some("sk-test".into()), Some(base), |_| None)
             .unwrap();
         config.retry.initial_delay = Duration::from_millis(1);
+        config.retry.max_retries = max_retries;
         let transport = Transport::new(config).unwrap();
         let (tx, mut rx) = mpsc::channel(64);
         pump(&transport, "/lens/sessions/consumer/lsn-1", StreamOptions::default(), tx).await;
@@ -509,6 +536,21 @@ mod tests {
         match feeds.as_slice() {
             [Err(Error::Connection { message })] => {
                 assert!(message.contains("resume later with last_event_id=\"0\""), "{message}")
+            }
+            other => panic!("expected the error alone, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_that_retries_nothing_does_not_keep_reconnecting_its_stream() {
+        let answer = answer_of(SSE_HEAD, "id: 0\ndata: {\"type\": \"sse.stream.start\"}\n\n");
+        let (base, requests) = answering(answer).await;
+        let feeds = pumped_with(base, 0).await;
+        // The first connection, and the one resume a connection is given (at once, no backoff).
+        assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 2);
+        match feeds.as_slice() {
+            [Err(Error::Connection { message })] => {
+                assert!(message.contains("max_retries=0") && message.contains("last_event_id=\"0\""), "{message}")
             }
             other => panic!("expected the error alone, got {other:?}"),
         }

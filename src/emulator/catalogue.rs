@@ -49,7 +49,7 @@ impl ModelEntry {
         let implied = prefix.and_then(ModelFamily::from_word);
         match (implied, given) {
             (Some(i), Some(g)) if i != g => Err(format!(
-                "{id:?} is a {} id by its prefix, but its family is given as {:?}",
+                "{id:?} names the {} family by its prefix, but its family is given as {:?}",
                 i.name(),
                 g.name()
             )),

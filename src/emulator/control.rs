@@ -94,8 +94,8 @@ pub(crate) fn rule_from_json(m: &Map<String, Value>) -> Result<FaultRule, ApiErr
         None | Some(Value::Null) => 1.0,
         Some(v) => v
             .as_f64()
-            .filter(|p| (0.0..=1.0).contains(p))
-            .ok_or_else(|| ApiError::invalid_request("'probability' must be a number from 0 to 1."))?,
+            .filter(|p| *p > 0.0 && *p <= 1.0)
+            .ok_or_else(|| ApiError::invalid_request("'probability' must be a number above 0 and at most 1."))?,
     };
     let rule = FaultRule {
         method: text("method")?,
@@ -300,6 +300,7 @@ mod tests {
         assert!(rule_from_json(&m(json!({"status": 500}))).is_err());
         assert!(rule_from_json(&m(json!({"path": "/q", "action": "boom"}))).unwrap_err().message.contains("boom"));
         assert!(rule_from_json(&m(json!({"path": "/q", "probability": 2}))).is_err());
+        assert!(rule_from_json(&m(json!({"path": "/q", "probability": 0}))).is_err(), "a rule that never applies");
         for bad in [json!({"path": "/q", "status": 500, "retry_after": -1}), json!({"path": "/q"}), json!({"path": "q", "status": 500})] {
             assert!(rule_from_json(&m(bad.clone())).is_err(), "{bad}");
         }

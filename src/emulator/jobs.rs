@@ -92,14 +92,14 @@ impl Executor {
         }
         if !failure.failed_inputs.is_empty() && kind != "batch" {
             return Err(format!(
-                "failed_inputs is for batch jobs only (their inputs fail while the job completes); a {kind} job \
-                 takes error"
+                "failed_inputs is for batch jobs only (their inputs fail while the job completes); {kind} jobs \
+                 take error"
             ));
         }
         if let Some(outcome) = &failure.outcome {
             if kind != "fine_tuning" {
                 return Err(format!(
-                    "outcome is for fine_tuning jobs only (they complete with it); a {kind} job takes error"
+                    "outcome is for fine_tuning jobs only (they complete with it); {kind} jobs take error"
                 ));
             }
             if !OUTCOMES.contains(&outcome.as_str()) {

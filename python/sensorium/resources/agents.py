@@ -21,7 +21,7 @@ from .._downloads import download_listed
 from .._arguments import StrPath, flag, folder, mapping, one_of, string, text
 from .._arguments import limit as page_size
 from .._endpoints import (
-    CollectList, ListRequest, Operation, Request, Resource, Runner, awaited, cursor_walk, query, segment,
+    CollectList, ListRequest, Namespace, Operation, Request, Resource, Runner, awaited, cursor_walk, query, segment,
 )
 from .._progress import ProgressCallback
 from .._waiting import canceling, ended_in, wait_for, with_status
@@ -372,7 +372,8 @@ class Bundles(Resource):
         if sink is not None:
             connectors["sink"] = data_ref(sink, "sink")
         body = query(connectors=connectors, mode=mode)
-        return self._call(Request("POST", path, body=body, surface="agents", cast=Agent.from_dict))
+        return self._call(Request("POST", path, body=body, surface="agents", cast=Agent.from_dict,
+                                  renamed={'connectors["source"]': "source", 'connectors["sink"]': "sink"}))
 
 
 class Instances(Resource):
@@ -501,7 +502,8 @@ class Instances(Resource):
             body = {"type": "data.numeric_array", "event_data": {"contents": channels.reshape(
                 (1, -1) if channels.ndim == 1 else channels.shape).tolist()}}
         # A repeated query changes nothing, so a lost answer is asked for again.
-        return self._call(Request("POST", self._path(agent_id, "/query"), body=body, surface="agents", repeatable=True))
+        return self._call(Request("POST", self._path(agent_id, "/query"), body=body, surface="agents", repeatable=True,
+                                  renamed={"": "data"}))
 
     def _recent_logs(self, agent_id: str) -> Request[list[AgentLog]]:
         # One page of the newest lines is enough: the terminal event is the newest row.
@@ -783,7 +785,7 @@ class AsyncNodes(Nodes):
     """``async_client.agents.nodes``."""
 
 
-class Agents:
+class Agents(Namespace):
     """``client.agents``: ``blueprints``, ``bundles``, ``instances``, ``evals``, ``optimizations``,
     ``nodes``."""
 

@@ -19,7 +19,7 @@ from .._arguments import StrPath, flag, folder, mapping, string, text
 from .._arguments import limit as page_size
 from .._downloads import download_listed
 from .._endpoints import (
-    CollectList, ListRequest, Operation, Request, Resource, Runner, awaited, query, segment, warn_caller,
+    CollectList, ListRequest, Namespace, Operation, Request, Resource, Runner, awaited, query, segment, warn_caller,
 )
 from .._progress import ProgressCallback
 from .._waiting import canceling, check_timeout, wait_for
@@ -341,7 +341,7 @@ class AsyncPipelines(Pipelines):
     """``async_client.batch.pipelines``."""
 
 
-class Batch:
+class Batch(Namespace):
     """``client.batch``: ``jobs`` and ``pipelines``."""
 
     def __init__(self, runner: Runner) -> None:

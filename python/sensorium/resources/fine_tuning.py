@@ -17,8 +17,8 @@ from typing import Any, Optional, Union
 from .._arguments import limit as page_size
 from .._arguments import string, text
 from .._endpoints import (
-    CollectList, ListRequest, Operation, Request, Resource, Runner, Scrub, awaited, cursor_walk, query, segment,
-    warn_caller,
+    CollectList, ListRequest, Namespace, Operation, Request, Resource, Runner, Scrub, awaited, cursor_walk, query,
+    segment, warn_caller,
 )
 from .._waiting import canceling, wait_for
 from ..errors import APIStatusError, InvalidArgumentError, JobFailedError, SensoriumError
@@ -256,7 +256,7 @@ class AsyncFineTuningJobs(FineTuningJobs):
     pagers there (the runner decides); the class exists so that the stub's name is real."""
 
 
-class FineTuning:
+class FineTuning(Namespace):
     """``client.fine_tuning``: ``jobs``."""
 
     def __init__(self, runner: Runner) -> None:

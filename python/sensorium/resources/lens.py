@@ -215,9 +215,11 @@ class Sessions(Resource):
         (``Last-Event-ID``), so nothing is lost or repeated; the iteration ends when the session
         ends (``sse.stream.end``). Heartbeats are hidden unless ``heartbeats=True``.
         ``stream.last_event_id`` is the id of the last event handed out: pass it as
-        ``last_event_id`` to continue in another process. A stream that fails (its reconnects
-        run out, or the session is gone) raises on that read and on every later one, never
-        ending as if the session had. A context manager (closing it stops reading); an async
+        ``last_event_id`` to continue in another process. A stream that fails (8 reconnects in a
+        row bring no event, each connect retried by the client's retry rule: about 30 s without a
+        server by default; on a client with ``max_retries=0``, after one immediate resume; or the
+        session is gone) raises ``APIConnectionError`` naming the id to resume
+        from, on that read and on every later one, never ending as if the session had. A context manager (closing it stops reading); an async
         iterator on ``AsyncClient``.
 
         >>> with client.lens.sessions.stream(sid) as events:  # doctest: +SKIP
@@ -288,7 +290,12 @@ class LensRuntime(Resource):
         ...                                               "processor_config": {}}])
         """
         config = lens_config(name, model_pipeline, model_parameters)
-        return self._call(Request("POST", "/lens/register", body={"lens_config": config}, cast=Lens.from_dict))
+        # A bad value is named by the keyword it came from: the pipeline and the parameters when
+        # given apart, else the whole configuration given as `name`.
+        renamed = {"lens_config": "name"} if not isinstance(name, str) or model_pipeline is None else {
+            'lens_config["model_pipeline"]': "model_pipeline", 'lens_config["model_parameters"]': "model_parameters"}
+        return self._call(Request("POST", "/lens/register", body={"lens_config": config}, cast=Lens.from_dict,
+                                  renamed=renamed))
 
     def clone(self, lens_id: str, *, name: Optional[str] = None) -> Any:
         """A modifiable copy of a lens (named ``name`` when given).
