@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import pickle
+import re
 import time
 import traceback
 from typing import Any, Awaitable, Callable
@@ -20,6 +21,7 @@ from _helpers import ENCODER, REASONER, run_on
 from sensorium import _core
 from sensorium.errors import (
     APIResponseValidationError,
+    APIStatusError,
     APITimeoutError,
     InternalError,
     InternalServerError,
@@ -355,3 +357,54 @@ def test_a_list_whose_cursor_cycles_is_refused(call):
     with FakeServer(script) as server:
         with pytest.raises(APIResponseValidationError):
             call(server.base_url, lambda c: c.files.list())
+
+
+# Redirects: a proxy, or an http:// base URL sent on to https://
+
+
+@pytest.mark.parametrize("status", [301, 302, 303])
+def test_a_redirect_that_would_turn_a_post_into_a_get_is_raised_naming_the_new_address(call, status):
+    """reqwest's default followed it as a bodiless GET: `bundles.run` read the list at the new
+    address and answered its JSON as a started run, or met a 405 blamed on the POST."""
+    def script(head: bytes) -> list[Any]:
+        if head.startswith(b"POST"):
+            return [response(status, b"", {"Location": "https://moved.example/v0.5/agents/bundles/bnd_1/run?sig=secret"})]
+        return [response(200, b'{"id": "bnd_evil", "status": "ready"}')]
+
+    with FakeServer(script) as server:
+        with pytest.raises(APIStatusError) as info:
+            call(server.base_url, lambda c: c.agents.bundles.run("bnd_1", "a.csv"))
+    assert info.value.status_code == status
+    message = str(info.value)
+    assert "https://moved.example/v0.5/agents/bundles/bnd_1/run" in message and "base_url" in message
+    assert "sig=secret" not in message  # a presigned address's query is its signature
+    assert [head.split(b" ")[0] for head in server.requests] == [b"POST"], "not followed as a GET"
+
+
+def test_a_redirect_that_keeps_the_method_is_followed_with_the_body(call):
+    def script(head: bytes) -> list[Any]:
+        if b" /v0.5/query " in head:
+            return [response(307, b"", {"Location": "/v0.5/moved/query"})]
+        return [response(200, json.dumps({"query_id": "q1", "status": "completed",
+                                          "response": {"response": ["moved"]}}).encode())]
+
+    with FakeServer(script) as server:
+        result = call(server.base_url, lambda c: c.query(REASONER, "hi"))
+    assert result.text == "moved"
+    assert [head.split(b" ")[:2] for head in server.requests] == [[b"POST", b"/v0.5/query"],
+                                                                  [b"POST", b"/v0.5/moved/query"]]
+    assert server.bodies[0] == server.bodies[1] and b'"hi"' in server.bodies[1]
+
+
+@pytest.mark.parametrize("headers, says", [
+    ("Content-Type: text/html; charset=utf-8", "came as text/html; charset=utf-8, not JSON"),
+    ("Content-Type: application/json\r\nContent-Encoding: gzip", "came as gzip-encoded, not JSON"),
+])
+def test_an_answer_that_is_not_json_names_what_it_came_as(call, headers, says):
+    """A proxy's HTML page, or a gzip body nobody asked for, said only "expected value at line 1
+    column 1"."""
+    body = b"<html>sign in to the proxy</html>" if "html" in headers else b"\x1f\x8b\x08\x00garbage"
+    raw = (f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n{headers}\r\nConnection: close\r\n\r\n").encode() + body
+    with FakeServer(lambda head: [raw]) as server:
+        with pytest.raises(APIResponseValidationError, match=re.escape(says)):
+            call(server.base_url, lambda c: c.agents.bundles.get("bnd_1"))

@@ -112,6 +112,21 @@ fn build(transport: &Transport, req: &JsonCall) -> Result<Call, Error> {
     Ok(call)
 }
 
+/// What an answer says it is, when that is not JSON: its Content-Type (an HTML page from a proxy)
+/// and any Content-Encoding (a gzip body nobody asked for), which tell more than the parser's
+/// "expected value at line 1 column 1".
+fn served_as(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    let header = |name| headers.get(name).and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok());
+    let kind = header(reqwest::header::CONTENT_TYPE).filter(|kind| !kind.to_ascii_lowercase().contains("json"));
+    let encoding = header(reqwest::header::CONTENT_ENCODING).filter(|e| !e.eq_ignore_ascii_case("identity"));
+    match (kind, encoding) {
+        (None, None) => None,
+        (Some(kind), None) => Some(kind.to_string()),
+        (None, Some(encoding)) => Some(format!("{encoding}-encoded")),
+        (Some(kind), Some(encoding)) => Some(format!("{kind}, {encoding}-encoded")),
+    }
+}
+
 /// Sends `req` and returns the answer's JSON (`null` for an empty body, such as a 204), or the
 /// normalised page `{data, has_more, next_cursor}` when `req.page`.
 pub async fn call(transport: &Transport, req: &JsonCall) -> Result<Value, Error> {
@@ -120,11 +135,17 @@ pub async fn call(transport: &Transport, req: &JsonCall) -> Result<Value, Error>
     let result = transport
         .execute(&call, |response| async move {
             let url = response.url().to_string();
+            let served_as = served_as(response.headers());
             let body = transport.body(response).await?;
             if body.iter().all(u8::is_ascii_whitespace) {
                 return Ok(Value::Null);
             }
-            decode_json::<Value>(&url, &body)
+            decode_json::<Value>(&url, &body).map_err(|err| match (err, served_as) {
+                (Error::Decode { url, message, body }, Some(served_as)) => {
+                    Error::Decode { url, message: format!("{message} (the answer came as {served_as}, not JSON)"), body }
+                }
+                (err, _) => err,
+            })
         })
         .await;
     let value = result.map_err(|err| explain_agents_404(transport, surface, err))?;

@@ -639,13 +639,16 @@ impl Transport {
     async fn api_error(&self, call: &Call, response: Response) -> ApiError {
         let status = response.status().as_u16();
         let retry_after = parse_retry_after(response.headers());
+        let hint = redirect_hint(status, response.headers());
         let raw = match read_body(response, self.config.timeouts.read).await {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(err) => format!("(error body unreadable: {err})"),
         };
         // Some bodies echo the caller's key (lens session records); keep it out of exceptions.
         let raw = self.config.api_key.redact_in(&raw);
-        ApiError::from_body(status, call.method.as_str(), shown(call), raw, retry_after)
+        let mut error = ApiError::from_body(status, call.method.as_str(), shown(call), raw, retry_after);
+        error.hint = hint.map(|hint| self.config.api_key.redact_in(&hint));
+        error
     }
 }
 
@@ -675,8 +678,40 @@ pub(crate) fn build_http_client(connect_timeout: Duration) -> Result<reqwest::Cl
         .connect_timeout(connect_timeout)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .tcp_nodelay(true)
+        .redirect(redirect_policy())
         .build()
         .map_err(|e| Error::Config(format!("could not set up the HTTP client: {}", error_chain(&e))))
+}
+
+/// The platform does not redirect; a proxy or a wrong `base_url` (`http://` sent to `https://`)
+/// may. 307 and 308 keep the method and the body, so they are followed (reqwest drops the key on
+/// the way to another host). 301, 302 and 303 are not: reqwest would turn a POST into a bodiless
+/// GET, and a `bundles.run` into a read of a list, answered as if it had run. Their 3xx is raised
+/// with the new address (`redirect_hint`).
+fn redirect_policy() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        if matches!(attempt.status().as_u16(), 307 | 308) && attempt.previous().len() <= MAX_REDIRECTS {
+            attempt.follow()
+        } else {
+            attempt.stop()
+        }
+    })
+}
+
+/// As many redirects as reqwest's own default policy follows.
+const MAX_REDIRECTS: usize = 10;
+
+/// What a redirect that was not followed says: where the server pointed, and what to do.
+fn redirect_hint(status: u16, headers: &HeaderMap) -> Option<String> {
+    if !(300..400).contains(&status) {
+        return None;
+    }
+    let to = headers.get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).map(shown_url);
+    let whither = to.map_or_else(|| "elsewhere (no Location given)".to_string(), |to| format!("to {to}"));
+    Some(format!(
+        "The server redirects {whither} with {status}, which sensorium does not follow (only 307 and 308 keep \
+         the method and the body); if the address moved, set base_url to the new one"
+    ))
 }
 
 /// When bytes last moved on a streaming call. The stall timeout counts from here, so a long
