@@ -30,6 +30,7 @@ use pyo3_async_runtimes::TaskLocals;
 use tokio::runtime::Runtime as TokioRuntime;
 
 use super::errors::{internal_error, panic_detail};
+use super::exiting;
 use crate::client::lanes::{Lane, Lanes};
 use crate::client::Transport;
 
@@ -136,7 +137,7 @@ where
     let mut last_tick = std::time::Instant::now();
     loop {
         // The receiver moves into the GIL-free closure and back out each slice.
-        let (polled, back) = py.detach(move || (rx.recv_timeout(SIGNAL_CHECK_INTERVAL), rx));
+        let (polled, back) = exiting::detach(py, move || (rx.recv_timeout(SIGNAL_CHECK_INTERVAL), rx));
         rx = back;
         match polled {
             Ok(result) => return result,
@@ -170,7 +171,7 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 /// removed and no further request of it to come.
 fn settle_aborted(py: Python<'_>, rt: &TokioRuntime, task: tokio::task::JoinHandle<()>) {
     task.abort();
-    py.detach(|| {
+    exiting::detach(py, || {
         rt.block_on(async {
             let _ = tokio::time::timeout(SETTLE_LIMIT, task).await;
         })
@@ -439,7 +440,7 @@ where
     super::logging::sync_level(py)?;
     let lanes = transport.lanes();
     // Building a lane takes about 2 ms; other threads keep the GIL meanwhile.
-    let lane = if lanes.has_idle() { lanes.take() } else { py.detach(|| lanes.take()) };
+    let lane = if lanes.has_idle() { lanes.take() } else { exiting::detach(py, || lanes.take()) };
     let Some(lane) = lane else {
         return run(py, call, asynchronous, make(transport));
     };
@@ -481,7 +482,7 @@ where
     let mut fut = Box::pin(contain_panics(call, fut));
     loop {
         let (slice, raised) =
-            super::interrupts::catching(|| py.detach(|| lane.block_on_slice(&mut fut, SIGNAL_CHECK_INTERVAL)));
+            super::interrupts::catching(|| exiting::detach(py, || lane.block_on_slice(&mut fut, SIGNAL_CHECK_INTERVAL)));
         // A Ctrl-C that landed in Python code run on the side (a log line delivered), or one
         // that is pending.
         let interrupted = match (raised, &slice) {
@@ -547,7 +548,13 @@ impl Runtime for ProcessRuntime {
     where
         F: FnOnce() + Send + 'static,
     {
-        let handle = current_handle().spawn_blocking(f);
+        // pyo3-async-runtimes attaches there to deliver a result; past interpreter exit that
+        // would end the thread inside Rust frames, so the result is dropped instead.
+        let handle = current_handle().spawn_blocking(move || {
+            if let Some(_entry) = exiting::enter() {
+                f();
+            }
+        });
         Box::pin(async move { handle.await.map_err(ProcessJoinError) })
     }
 }
