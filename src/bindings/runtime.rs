@@ -22,6 +22,7 @@ use futures_util::FutureExt;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyKeyError, PyNotImplementedError, PyTypeError};
 use pyo3::intern;
+use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::IntoPyObjectExt;
@@ -255,9 +256,13 @@ impl Shared {
     }
 }
 
-/// Per-event-loop completion queue. Held in a WeakKeyDictionary keyed on the loop, so it goes
-/// away (and its sockets close) with the loop.
-#[pyclass(module = "sensorium._core", name = "_LoopBridge", frozen)]
+/// Per-event-loop completion queue. The loop's reader registration holds it while the loop is
+/// open; the table that finds it (a WeakKeyDictionary keyed on the loop) only refers to it
+/// weakly, since it holds the pending futures, which hold the loop: a strong entry kept every loop
+/// closed with a call pending alive, and its sockets open, for good. Closed, the loop, the bridge
+/// and those futures are one cycle the garbage collector frees (`__traverse__`), as it frees a
+/// pure-Python loop's pending tasks; the sockets close once the tasks still running have ended.
+#[pyclass(module = "sensorium._core", name = "_LoopBridge", frozen, weakref)]
 pub struct LoopBridge {
     shared: Arc<Shared>,
     /// The asyncio futures still waiting, by id. Only the loop thread touches it.
@@ -282,7 +287,8 @@ impl LoopBridge {
         let generation = fork_generation();
         match bridges.get_item(event_loop) {
             Ok(found) => {
-                if let Ok(bridge) = found.cast_into::<LoopBridge>() {
+                // A weak reference: `None` once the bridge was freed (the loop dropped it).
+                if let Ok(bridge) = found.call0()?.cast_into::<LoopBridge>() {
                     if bridge.get().generation == generation {
                         return Ok(Some(bridge));
                     }
@@ -325,13 +331,32 @@ impl LoopBridge {
             Err(err) if err.is_instance_of::<PyNotImplementedError>(py) => return Ok(None),
             Err(err) => return Err(err),
         }
-        bridges.set_item(event_loop, &bridge)?;
+        static WEAK_REF: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let weak_ref =
+            WEAK_REF.get_or_try_init(py, || py.import("weakref")?.getattr("ref").map(Bound::unbind))?.bind(py);
+        bridges.set_item(event_loop, weak_ref.call1((&bridge,))?)?;
         Ok(Some(bridge))
     }
 }
 
 #[pymethods]
 impl LoopBridge {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // Only ever locked briefly by the thread holding the GIL, which is the one collecting.
+        if let Some(pending) = self.pending.try_lock() {
+            for future in pending.values() {
+                visit.call(future)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        // Dropped outside the lock: freeing a future runs Python code.
+        let pending = std::mem::take(&mut *self.pending.lock());
+        drop(pending);
+    }
+
     /// The loop's reader callback: runs on the loop thread and settles every finished future.
     fn __call__(&self, py: Python<'_>) {
         // Empty the socket before taking the queue: a push after the take then writes a fresh
@@ -377,6 +402,10 @@ pub struct CancelOnDone {
 
 #[pymethods]
 impl CancelOnDone {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.bridge)
+    }
+
     fn __call__(&self, _future: &Bound<'_, PyAny>) {
         self.bridge.get().pending.lock().remove(&self.id);
         self.abort.abort();
