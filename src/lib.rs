@@ -28,6 +28,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bindings::logging::reset_logging, m)?)?;
     m.add_function(wrap_pyfunction!(bindings::errors::panic_for_tests, m)?)?;
     bindings::logging::install(m.py());
+    bindings::exiting::install(m)?;
     bindings::errors::install_panic_hook();
     m.add_class::<bindings::emulator::EmulatorServer>()?;
     Ok(())

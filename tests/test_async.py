@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -206,6 +209,50 @@ def test_one_client_across_two_event_loops(emu):
 
     assert "LOOP-ONE" in asyncio.run(once("LOOP-ONE"))
     assert "LOOP-TWO" in asyncio.run(once("LOOP-TWO"))
+    client.close()
+
+
+# Defect: a loop closed while a call was still pending (not cancelled) was never freed, with the
+# two sockets of its wake-up pair: the module's table of loops held the loop's bridge, which held
+# the pending future, which held the loop.
+
+@pytest.mark.timeout(60)
+def test_a_loop_closed_with_a_call_pending_is_freed_with_its_sockets(emu):
+    emu.set_query_delay(0.5)
+    client = emu.async_client()
+
+    def unix_sockets():
+        # The wake-up pairs; TCP connections (the pool's, the emulator's) come and go meanwhile.
+        with open("/proc/net/unix") as table:
+            inodes = {line.split()[6] for line in list(table)[1:]}
+        count = 0
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                link = os.readlink(f"/proc/self/fd/{fd}")
+            except FileNotFoundError:  # the listing's own descriptor, closed since
+                continue
+            count += link.startswith("socket:[") and link[8:-1] in inodes
+        return count
+
+    async def start_a_query():
+        asyncio.ensure_future(client.query(REASONER, "x"))
+        await asyncio.sleep(0)  # the query's task takes its first step: the request is sent
+
+    before = unix_sockets()
+    loops = []
+    for _ in range(10):
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(start_a_query())
+        loop.close()
+        loops.append(weakref.ref(loop))
+        del loop
+    gc.collect()
+    assert [alive for alive in loops if alive() is not None] == []
+    # The sockets go once the requests have ended on the server (within the query delay).
+    deadline = time.monotonic() + 30
+    while unix_sockets() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert unix_sockets() <= before
     client.close()
 
 

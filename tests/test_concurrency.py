@@ -514,6 +514,43 @@ def test_two_threads_creating_clients_while_debug_logging_do_not_deadlock():
     assert done.stdout.split() == ["2", "True"], done.stderr
 
 
+# Defect: with DEBUG logging on, the process aborted at exit (SIGABRT, exit code 134, nothing on
+# stderr) about every other time a call was still running: an I/O thread delivering a log line
+# asked for the GIL while Python was finalizing, and CPython ended that thread with a forced
+# unwind through Rust frames.
+
+@pytest.mark.timeout(120)
+def test_exiting_while_calls_run_with_debug_logging_exits_cleanly(emu, tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(f"""
+        import asyncio, logging, sys, threading
+        import numpy as np
+        import sensorium
+        # A file, not /dev/null: handlers that take their time are what the log lines wait for.
+        logging.basicConfig(level=logging.DEBUG, filename=sys.argv[1], filemode="w")
+        ran = threading.Event(), threading.Event()
+        aclient, client = sensorium.AsyncClient(), sensorium.Client()
+        async def queries():
+            while True:
+                await asyncio.gather(*(aclient.query("{REASONER}", "hi") for _ in range(8)))
+                ran[0].set()
+        def windows():
+            while True:
+                client.embed_many("{ENCODER}", np.ones((32, 2, 64)), concurrency=8)
+                ran[1].set()
+        threading.Thread(target=lambda: asyncio.run(queries()), daemon=True).start()
+        threading.Thread(target=windows, daemon=True).start()
+        assert all(event.wait(30) for event in ran)
+        print("exiting", flush=True)
+    """))
+    env = dict(os.environ, SENSORIUM_API_KEY=emu.api_key, SENSORIUM_BASE_URL=emu.base_url)
+    # Each exit aborted with a probability of about one half; ten make a miss unlikely.
+    for _ in range(10):
+        done = subprocess.run([sys.executable, str(script), str(tmp_path / "debug.log")],
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert (done.returncode, done.stdout) == (0, "exiting\n"), done.stderr
+
+
 # Defect: closing a client while another thread or task was inside a create call turned the
 # platform's answer into ClientClosedError, though the bundle had been created: a caller who
 # then tried again made a duplicate.

@@ -222,8 +222,10 @@ class Client(_BaseClient):
         max_retries: int | NotGiven = NOT_GIVEN,
         default_headers: Mapping[str, str] | NotGiven = NOT_GIVEN,
     ) -> Client:
-        """A copy with other options, sharing this client's connections. ``default_headers`` are
-        added to this client's (a name it already has takes the new value).
+        """A copy with other options, sharing this client's connections (with another
+        ``connect_timeout``, those of this client's other copies with that timeout, so a copy made
+        per call still reuses them). ``default_headers`` are added to this client's (a name it
+        already has takes the new value).
 
         >>> client.with_options(timeout=5, max_retries=0).query(...)  # doctest: +SKIP
         >>> traced = client.with_options(default_headers={"X-Trace-Id": "run-42"})  # doctest: +SKIP

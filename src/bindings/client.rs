@@ -139,7 +139,8 @@ impl CoreClient {
         })
     }
 
-    /// A copy with other options that shares this client's connection pool.
+    /// A copy with other options that shares this client's connection pool (with another
+    /// connect timeout, the pool of this client's copies with that timeout).
     #[pyo3(signature = (timeout, connect_timeout, read_timeout, max_retries, default_headers))]
     fn with_options(
         &self,

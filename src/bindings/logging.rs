@@ -46,6 +46,8 @@ impl Log for Bridge {
         if !self.0.enabled(record.metadata()) {
             return;
         }
+        // Most lines come from I/O threads: past interpreter exit, attaching would end them.
+        let Some(_entry) = super::exiting::enter() else { return };
         Python::attach(|py| {
             let earlier = PyErr::take(py);
             self.0.log(record);

@@ -4,6 +4,7 @@
 pub mod client;
 pub mod convert;
 pub mod embed_many;
+pub mod exiting;
 pub mod interrupts;
 pub mod logging;
 pub mod errors;

@@ -22,6 +22,7 @@ use futures_util::FutureExt;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyKeyError, PyNotImplementedError, PyTypeError};
 use pyo3::intern;
+use pyo3::gc::{PyTraverseError, PyVisit};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::IntoPyObjectExt;
@@ -30,6 +31,7 @@ use pyo3_async_runtimes::TaskLocals;
 use tokio::runtime::Runtime as TokioRuntime;
 
 use super::errors::{internal_error, panic_detail};
+use super::exiting;
 use crate::client::lanes::{Lane, Lanes};
 use crate::client::Transport;
 
@@ -136,7 +138,7 @@ where
     let mut last_tick = std::time::Instant::now();
     loop {
         // The receiver moves into the GIL-free closure and back out each slice.
-        let (polled, back) = py.detach(move || (rx.recv_timeout(SIGNAL_CHECK_INTERVAL), rx));
+        let (polled, back) = exiting::detach(py, move || (rx.recv_timeout(SIGNAL_CHECK_INTERVAL), rx));
         rx = back;
         match polled {
             Ok(result) => return result,
@@ -170,7 +172,7 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 /// removed and no further request of it to come.
 fn settle_aborted(py: Python<'_>, rt: &TokioRuntime, task: tokio::task::JoinHandle<()>) {
     task.abort();
-    py.detach(|| {
+    exiting::detach(py, || {
         rt.block_on(async {
             let _ = tokio::time::timeout(SETTLE_LIMIT, task).await;
         })
@@ -254,9 +256,13 @@ impl Shared {
     }
 }
 
-/// Per-event-loop completion queue. Held in a WeakKeyDictionary keyed on the loop, so it goes
-/// away (and its sockets close) with the loop.
-#[pyclass(module = "sensorium._core", name = "_LoopBridge", frozen)]
+/// Per-event-loop completion queue. The loop's reader registration holds it while the loop is
+/// open; the table that finds it (a WeakKeyDictionary keyed on the loop) only refers to it
+/// weakly, since it holds the pending futures, which hold the loop: a strong entry kept every loop
+/// closed with a call pending alive, and its sockets open, for good. Closed, the loop, the bridge
+/// and those futures are one cycle the garbage collector frees (`__traverse__`), as it frees a
+/// pure-Python loop's pending tasks; the sockets close once the tasks still running have ended.
+#[pyclass(module = "sensorium._core", name = "_LoopBridge", frozen, weakref)]
 pub struct LoopBridge {
     shared: Arc<Shared>,
     /// The asyncio futures still waiting, by id. Only the loop thread touches it.
@@ -281,7 +287,8 @@ impl LoopBridge {
         let generation = fork_generation();
         match bridges.get_item(event_loop) {
             Ok(found) => {
-                if let Ok(bridge) = found.cast_into::<LoopBridge>() {
+                // A weak reference: `None` once the bridge was freed (the loop dropped it).
+                if let Ok(bridge) = found.call0()?.cast_into::<LoopBridge>() {
                     if bridge.get().generation == generation {
                         return Ok(Some(bridge));
                     }
@@ -324,13 +331,32 @@ impl LoopBridge {
             Err(err) if err.is_instance_of::<PyNotImplementedError>(py) => return Ok(None),
             Err(err) => return Err(err),
         }
-        bridges.set_item(event_loop, &bridge)?;
+        static WEAK_REF: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let weak_ref =
+            WEAK_REF.get_or_try_init(py, || py.import("weakref")?.getattr("ref").map(Bound::unbind))?.bind(py);
+        bridges.set_item(event_loop, weak_ref.call1((&bridge,))?)?;
         Ok(Some(bridge))
     }
 }
 
 #[pymethods]
 impl LoopBridge {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // Only ever locked briefly by the thread holding the GIL, which is the one collecting.
+        if let Some(pending) = self.pending.try_lock() {
+            for future in pending.values() {
+                visit.call(future)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        // Dropped outside the lock: freeing a future runs Python code.
+        let pending = std::mem::take(&mut *self.pending.lock());
+        drop(pending);
+    }
+
     /// The loop's reader callback: runs on the loop thread and settles every finished future.
     fn __call__(&self, py: Python<'_>) {
         // Empty the socket before taking the queue: a push after the take then writes a fresh
@@ -376,6 +402,10 @@ pub struct CancelOnDone {
 
 #[pymethods]
 impl CancelOnDone {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.bridge)
+    }
+
     fn __call__(&self, _future: &Bound<'_, PyAny>) {
         self.bridge.get().pending.lock().remove(&self.id);
         self.abort.abort();
@@ -439,7 +469,7 @@ where
     super::logging::sync_level(py)?;
     let lanes = transport.lanes();
     // Building a lane takes about 2 ms; other threads keep the GIL meanwhile.
-    let lane = if lanes.has_idle() { lanes.take() } else { py.detach(|| lanes.take()) };
+    let lane = if lanes.has_idle() { lanes.take() } else { exiting::detach(py, || lanes.take()) };
     let Some(lane) = lane else {
         return run(py, call, asynchronous, make(transport));
     };
@@ -481,7 +511,7 @@ where
     let mut fut = Box::pin(contain_panics(call, fut));
     loop {
         let (slice, raised) =
-            super::interrupts::catching(|| py.detach(|| lane.block_on_slice(&mut fut, SIGNAL_CHECK_INTERVAL)));
+            super::interrupts::catching(|| exiting::detach(py, || lane.block_on_slice(&mut fut, SIGNAL_CHECK_INTERVAL)));
         // A Ctrl-C that landed in Python code run on the side (a log line delivered), or one
         // that is pending.
         let interrupted = match (raised, &slice) {
@@ -547,7 +577,13 @@ impl Runtime for ProcessRuntime {
     where
         F: FnOnce() + Send + 'static,
     {
-        let handle = current_handle().spawn_blocking(f);
+        // pyo3-async-runtimes attaches there to deliver a result; past interpreter exit that
+        // would end the thread inside Rust frames, so the result is dropped instead.
+        let handle = current_handle().spawn_blocking(move || {
+            if let Some(_entry) = exiting::enter() {
+                f();
+            }
+        });
         Box::pin(async move { handle.await.map_err(ProcessJoinError) })
     }
 }

@@ -150,10 +150,23 @@ pub struct Transport {
     /// What `http` came from, with the lanes of blocking calls; kept alive by every transport
     /// that uses it.
     pool: Arc<Pool>,
+    /// The pools of the client this transport belongs to and of its copies (`with_config`).
+    family: Family,
     /// The server's rate as this client's `embed_many` batches learnt it, shared by the copies of
     /// the transport so concurrent batches pace together.
     pacer: Arc<Pacer>,
 }
+
+/// The pools a client and its copies use, by connect timeout, oldest first, the client's own
+/// first of all. A copy with another connect timeout finds here the pool of the copies made
+/// before it, which this keeps for as long as the client or any copy lives: without it, a copy
+/// made per call (`client.with_options(connect_timeout=7).query(...)`) took a new pool and a new
+/// connection per call, its pool going with it. At most `FAMILY_POOLS`, the oldest dropped.
+type Family = Arc<parking_lot::Mutex<Vec<(Duration, Arc<Pool>)>>>;
+
+/// Connect timeouts a client and its copies keep pools for: a few suffice (the client's own and
+/// one or two of its copies'), and each idle pool holds connections open.
+const FAMILY_POOLS: usize = 4;
 
 /// The connections of one connect timeout: an HTTP client on the shared runtime, and the lanes
 /// blocking calls run on (`crate::client::lanes`). Transports share one while any of them
@@ -193,7 +206,7 @@ impl Transport {
     /// A transport with a pool of its own.
     pub fn new(config: ClientConfig) -> Result<Self, Error> {
         let pool = Arc::new(Pool::new(config.timeouts.connect, fork::generation())?);
-        Transport::around(pool, config)
+        Transport::founding(pool, config)
     }
 
     /// A transport on the pool of the process's live transports with the same connect timeout,
@@ -205,10 +218,21 @@ impl Transport {
     /// transport on a pool goes, so do its connections. `generation` is the process's fork
     /// generation: after a fork the parent's pools are left alone and new ones are built.
     pub fn shared(config: ClientConfig, generation: u64) -> Result<Self, Error> {
+        let pool = Transport::shared_pool(config.timeouts.connect, generation)?;
+        Transport::founding(pool, config)
+    }
+
+    /// The first transport of a client, on `pool`.
+    fn founding(pool: Arc<Pool>, config: ClientConfig) -> Result<Self, Error> {
+        let family = Arc::new(parking_lot::Mutex::new(vec![(config.timeouts.connect, pool.clone())]));
+        Transport::around(pool, config, family)
+    }
+
+    /// The pool of the process's live transports with connect timeout `connect`, or a new one.
+    fn shared_pool(connect: Duration, generation: u64) -> Result<Arc<Pool>, Error> {
         /// The fork generation they belong to, and the pool per connect timeout.
         type Pools = Vec<(Duration, Weak<Pool>)>;
         static SHARED: parking_lot::Mutex<Option<(u64, Pools)>> = parking_lot::Mutex::new(None);
-        let connect = config.timeouts.connect;
         /// This generation's pools, the ones gone dropped.
         fn pools(slot: &mut Option<(u64, Pools)>, generation: u64) -> &mut Pools {
             if slot.as_ref().is_some_and(|(owner, _)| *owner != generation) {
@@ -239,10 +263,10 @@ impl Transport {
                 }
             }
         };
-        Transport::around(pool, config)
+        Ok(pool)
     }
 
-    fn around(pool: Arc<Pool>, config: ClientConfig) -> Result<Self, Error> {
+    fn around(pool: Arc<Pool>, config: ClientConfig, family: Family) -> Result<Self, Error> {
         let query_url = config.url("/query");
         let query_url = reqwest::Url::parse(&query_url)
             .map_err(|e| Error::invalid_argument("base_url", format!("cannot build a request to {query_url}: {e}")))?;
@@ -264,6 +288,7 @@ impl Transport {
             authorization,
             default_headers,
             pool,
+            family,
             pacer: Arc::default(),
         })
     }
@@ -294,13 +319,39 @@ impl Transport {
         }
     }
 
-    /// A copy with another configuration that shares the connection pool, unless the
-    /// connect timeout changed (it is a property of the pool).
+    /// A copy with another configuration. It shares the connection pool, unless the connect
+    /// timeout changed (it is a property of the pool); then it shares the pool of this client's
+    /// copies with that timeout (`Family`), or of the process's live clients with it (`shared`).
     pub fn with_config(&self, config: ClientConfig) -> Result<Self, Error> {
-        if config.timeouts.connect != self.config.timeouts.connect {
-            return Transport::new(config);
+        let connect = config.timeouts.connect;
+        if connect == self.config.timeouts.connect {
+            return Transport::around(self.pool.clone(), config, self.family.clone());
         }
-        Transport::around(self.pool.clone(), config)
+        let generation = fork::generation();
+        let known = |family: &[(Duration, Arc<Pool>)]| {
+            family.iter().find(|(timeout, pool)| *timeout == connect && pool.generation == generation).map(|(_, pool)| pool.clone())
+        };
+        let found = known(&self.family.lock());
+        let pool = match found {
+            Some(pool) => pool,
+            None => {
+                // Looked up (or built, which logs) without holding the family's lock; see `shared`.
+                let pool = Transport::shared_pool(connect, generation)?;
+                let mut family = self.family.lock();
+                match known(&family) {
+                    Some(pool) => pool,
+                    None => {
+                        // Dropped once the lock is let go: the last reference to a pool closes its
+                        // connections, which may log.
+                        let _evicted = (family.len() >= FAMILY_POOLS).then(|| family.remove(0));
+                        family.push((connect, pool.clone()));
+                        drop(family);
+                        pool
+                    }
+                }
+            }
+        };
+        Transport::around(pool, config, self.family.clone())
     }
 
     /// Sends `call` under the retry rule and hands each 2xx response to `read`. A failure of
