@@ -127,6 +127,35 @@ def test_create_refuses_what_it_cannot_keep_or_find(ft_emu, change, named):
     assert "suggestion" in reply.json()
 
 
+@pytest.mark.parametrize("method, named", [
+    ({"type": "head", "head": {"hyperparameters": {"n_epochs": "many"}}}, "method.head.hyperparameters.n_epochs"),
+    ({"type": "head", "head": {"hyperparameters": {"batch_size": -4}}}, "method.head.hyperparameters.batch_size"),
+    ({"type": "head", "head": {"reader": {"window_size": "wide"}}}, "method.head.reader.window_size"),
+    ({"type": "head", "head": {"reader": {"data_columns": 5}}}, "method.head.reader.data_columns"),
+    ({"type": "head", "head": {"hyperparameters": [1]}}, "method.head.hyperparameters"),
+    ({"type": "head", "head": "fast"}, "method.head"),
+    ({"type": "knn", "knn": {"hyperparameters": {"normalize_embeddings": "yes"}}},
+     "method.knn.hyperparameters.normalize_embeddings"),
+])
+def test_create_refuses_method_settings_the_spec_does_not_take(ft_emu, method, named):
+    """Only `method.type` was checked: a typo'd setting passed the user's tests and met a 400 live
+    (the spec: each setting is `auto` or a value of its type)."""
+    reply = _raw_create(ft_emu, method=method)
+    assert reply.status == 400 and reply.json()["code"] == "invalid_request" and named in reply.json()["message"]
+
+
+def test_create_takes_every_setting_the_helpers_build(ft_emu, tmp_path):
+    for method in (ft.head(n_epochs=3, batch_size=8, window_size=256, step_size=128, data_columns=["x", "y"]),
+                   ft.knn(n_neighbors=5, metric="cosine", normalize_embeddings=True), ft.head()):
+        assert _raw_create(ft_emu, method=method).status == 201, method
+    with ft_emu.client() as client:
+        (tmp_path / "train.jsonl").write_bytes(b"{}\n")
+        client.files.upload(tmp_path / "train.jsonl")
+    body = {"model": "newton", "name": "n", "method": ft.lora(n_epochs=2, learning_rate_multiplier=0.5),
+            "training_files": [{"type": "plain", "file_id": "train.jsonl"}]}
+    assert request(ft_emu, "POST", "/v0.6/fine_tuning/jobs", json.dumps(body).encode()).status == 201
+
+
 def test_create_keeps_the_seed_and_suffix_as_sent(ft_emu):
     reply = _raw_create(ft_emu, seed=-5, suffix="v2")
     assert reply.status == 201 and reply.json()["seed"] == -5 and reply.json()["user_provided_suffix"] == "v2"

@@ -77,6 +77,7 @@ def test_results_equal_their_pickled_copies_and_hash_alike(client):
 def test_sanitize_response_false_keeps_internal_fields(client):
     raw = client.query(REASONER, "hi", sanitize_response=False, query_metadata={"run": 1}).to_dict()
     assert "org_id" in raw and raw["query_metadata"] == {"run": 1}
+    assert raw["api_key"] == "<redacted>", "the key the raw record echoes is taken out on arrival"
     assert "org_id" not in client.query(REASONER, "hi", query_metadata={"run": 1}).to_dict()
 
 

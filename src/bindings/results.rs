@@ -171,6 +171,9 @@ impl QueryResult {
 /// The result of `client.embed(...)`: one 768-dimension float32 vector per channel.
 #[pyclass(module = "sensorium._core", name = "Embeddings", frozen)]
 pub struct Embeddings {
+    /// float32 (channels, 768): the result's own array, the same object on every read. It is
+    /// writable, so `e.vectors /= norms` works in place; equality, the hash, `to_dict()` and a
+    /// pickle stay the platform's answer as received.
     #[pyo3(get)]
     vectors: Py<PyArray2<f32>>,
     #[pyo3(get)]

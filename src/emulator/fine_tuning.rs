@@ -219,6 +219,7 @@ fn check(body: &Map<String, Value>) -> Result<(), ApiError> {
     if !methods.contains(&kind) {
         return Err(invalid(format!("Model {model} is tuned with method {}, not {kind:?}.", methods.join(" or "))));
     }
+    check_method(kind, &body["method"])?;
     for field in ["training_files", "validation_files"] {
         let files = match body.get(field) {
             Some(Value::Array(items)) => items.clone(),
@@ -234,6 +235,53 @@ fn check(body: &Map<String, Value>) -> Result<(), ApiError> {
             }
             if *file_type == "n_shot" && !file.get("label").is_some_and(Value::is_string) {
                 return Err(invalid(format!("An n_shot file of {field} needs its label.")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The settings of a method, as the spec's method shapes give them: `{type, <type>: {hyperparameters,
+/// reader}}`, each part optional (every setting defaults to `auto`), each setting `auto` or a value
+/// of its type. Counts are whole numbers of at least 1; a name the table does not give is left to
+/// the trainer.
+fn check_method(kind: &str, method: &Value) -> Result<(), ApiError> {
+    let settings = match method.get(kind) {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Object(settings)) => settings,
+        Some(_) => return Err(invalid(format!("Field 'method.{kind}' must be an object."))),
+    };
+    let part = |name: &str| match settings.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(part)) => Ok(Some(part)),
+        Some(_) => Err(invalid(format!("Field 'method.{kind}.{name}' must be an object."))),
+    };
+    let auto = |v: &Value| v.as_str() == Some("auto");
+    let count = |v: &Value| auto(v) || v.as_u64().is_some_and(|n| n >= 1);
+    let positive = |v: &Value| auto(v) || v.as_f64().is_some_and(|x| x > 0.0);
+    let named = |v: &Value| v.as_str().is_some_and(|s| !s.is_empty());
+    let switch = |v: &Value| auto(v) || v.is_boolean();
+    let columns = |v: &Value| auto(v) || v.as_array().is_some_and(|c| !c.is_empty() && c.iter().all(named));
+    type Rule<'a> = (&'a str, &'a dyn Fn(&Value) -> bool, &'a str);
+    let hyperparameters: &[Rule] = &[
+        ("batch_size", &count, "a whole number of at least 1 or \"auto\""),
+        ("n_epochs", &count, "a whole number of at least 1 or \"auto\""),
+        ("learning_rate_multiplier", &positive, "a number above 0 or \"auto\""),
+        ("n_neighbors", &count, "a whole number of at least 1 or \"auto\""),
+        ("metric", &named, "a name or \"auto\""),
+        ("weights", &named, "a name or \"auto\""),
+        ("normalize_embeddings", &switch, "true, false or \"auto\""),
+    ];
+    let reader: &[Rule] = &[
+        ("data_columns", &columns, "a list of CSV column names or \"auto\""),
+        ("step_size", &count, "a whole number of at least 1 or \"auto\""),
+        ("window_size", &count, "a whole number of at least 1 or \"auto\""),
+    ];
+    for (name, rules) in [("hyperparameters", hyperparameters), ("reader", reader)] {
+        let Some(given) = part(name)? else { continue };
+        for (setting, valid, what) in rules {
+            if let Some(value) = given.get(*setting).filter(|v| !valid(v)) {
+                return Err(invalid(format!("Field 'method.{kind}.{name}.{setting}' must be {what}, got {value}.")));
             }
         }
     }

@@ -427,6 +427,11 @@ async fn run_bundle(State(shared): State<Arc<Shared>>, headers: HeaderMap, Path(
         None | Some(Value::Null) => Value::Null,
         Some(r) => data_ref(r, "connectors.sink")?,
     };
+    // The spec's error for run is a missing bundle: it is looked for before the inputs, so a
+    // deleted bundle reads "Bundle not found." whatever the run was given.
+    if shared.agents.store.lock().bundle(&who.org, &id).is_none() {
+        return Err(not_found("Bundle"));
+    }
     for source in &sources {
         let file = source["id"].as_str().unwrap_or("");
         if source["type"] == json!("file") && !shared.files.exists(&who.org, file) {

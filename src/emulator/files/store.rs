@@ -42,12 +42,9 @@ impl StoredFile {
     }
 }
 
-/// ISO 8601 in UTC with a `Z`, e.g. `2026-11-22T06:18:00.123456Z`.
-pub(crate) fn iso8601(t: SystemTime) -> String {
-    let dt = time::OffsetDateTime::from(t);
-    dt.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| dt.unix_timestamp().to_string())
-}
+/// ISO 8601 in UTC with six fractional digits, as every other record of the emulator writes
+/// its times (`2026-11-22T06:18:00.123456Z`); nanoseconds here failed parsers that take six.
+pub(crate) use crate::emulator::agents::store::timestamp as iso8601;
 
 pub(crate) struct FileStore {
     dir: PathBuf,

@@ -190,7 +190,11 @@ async fn run(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<Respons
         })
         .map_err(internal_error)?,
     };
-    let internals = if input.sanitize_response { Map::new() } else { raw_fields(&input, &files, org) };
+    let internals = if input.sanitize_response {
+        Map::new()
+    } else {
+        raw_fields(&input, &files, org, auth::bearer_key(headers).unwrap_or_default())
+    };
     let answer = QueryAnswer {
         query_id: uuid::Uuid::new_v4().to_string(),
         status: if failure.is_some() { "failed" } else { "completed" },
@@ -209,12 +213,13 @@ async fn run(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<Respons
     Ok(axum::Json(answer).into_response())
 }
 
-/// The internal fields the spec lists for `sanitize_response: false`, except `api_key`: the
-/// emulator never echoes the caller's key here. The spec names them without their shapes, so
+/// The internal fields the spec lists for `sanitize_response: false`, `api_key` included: the
+/// platform echoes the caller's key there, so code reading raw records (and the SDK's redaction
+/// of answers) meets it in tests as it will live. The spec names them without their shapes, so
 /// these are the emulator's: `input_items` has one object per input in the order the model reads
 /// them (files, then events), `data_types` the distinct types among them (a file's content type,
 /// an event's `type`) in first-seen order.
-fn raw_fields(input: &QueryInput, files: &[Arc<StoredFile>], org: String) -> Map<String, Value> {
+fn raw_fields(input: &QueryInput, files: &[Arc<StoredFile>], org: String, api_key: &str) -> Map<String, Value> {
     let mut items: Vec<Value> = files
         .iter()
         .map(|f| json!({"kind": "file", "file_id": f.file_id, "data_type": f.file_type}))
@@ -227,6 +232,7 @@ fn raw_fields(input: &QueryInput, files: &[Arc<StoredFile>], org: String) -> Map
         }
     }
     let mut fields = Map::new();
+    fields.insert("api_key".into(), Value::from(api_key));
     fields.insert("org_id".into(), Value::from(org));
     fields.insert("file_ids".into(), Value::from(input.file_ids.clone()));
     fields.insert("query_metadata".into(), input.query_metadata.clone().unwrap_or(Value::Null));

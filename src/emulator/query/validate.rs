@@ -353,20 +353,39 @@ fn parse_body(raw: &[u8], catalogue: &Catalogue, mut numeric: ReadAhead) -> Resu
 /// What the video path reads from `query_metadata` (wire notes).
 const FRAME_METADATA: [&str; 3] = ["raw_fps", "frames_indices", "total_num_frames"];
 
-/// Several images in one `data.base64_img_array` event without `multi_image` are the frames of
-/// one video, which the live service cannot process without the frame timing in
-/// `query_metadata`: it answers 400 `query_failed` (wire notes), so the emulator does too, and
-/// code that forgets the metadata fails here rather than only against the platform.
+/// Several images without `multi_image` are the frames of one video, which the live service
+/// cannot process without the frame timing in `query_metadata`: it answers 400 `query_failed`
+/// (wire notes: "Several images as frames of one video (`multi_image: false`)"; the spec's
+/// `multi_image` covers "several file ids or image events"). So the images are counted wherever
+/// they are: image file ids, image events, and the images of an array event. The emulator answers
+/// as the service does, so code that forgets the metadata fails here rather than only live.
 pub(crate) fn check_frames(input: &QueryInput) -> Result<(), ApiError> {
     if input.multi_image {
         return Ok(());
     }
-    let Some((i, frames)) = input.events.iter().enumerate().find_map(|(i, e)| match e {
-        InputEvent::Images(images) if images.len() > 1 => Some((i, images.len())),
-        _ => None,
-    }) else {
+    let mut places: Vec<String> = Vec::new();
+    let mut frames = 0;
+    for (i, id) in input.file_ids.iter().enumerate() {
+        let ext = id.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
+        if IMAGE_EXTENSIONS.contains(&ext.as_str()) {
+            frames += 1;
+            places.push(format!("file_ids[{i}]"));
+        }
+    }
+    for (i, event) in input.events.iter().enumerate() {
+        let count = match event {
+            InputEvent::Image(_) => 1,
+            InputEvent::Images(images) => images.len(),
+            _ => 0,
+        };
+        if count > 0 {
+            frames += count;
+            places.push(format!("events[{i}]"));
+        }
+    }
+    if frames < 2 {
         return Ok(());
-    };
+    }
     let metadata = input.query_metadata.as_ref().and_then(Value::as_object);
     let missing: Vec<&str> = FRAME_METADATA.iter().copied().filter(|k| metadata.is_none_or(|m| !m.contains_key(*k))).collect();
     if missing.is_empty() {
@@ -375,8 +394,9 @@ pub(crate) fn check_frames(input: &QueryInput) -> Result<(), ApiError> {
     Err(ApiError::bad_request(
         "query_failed",
         format!(
-            "events[{i}] holds {frames} images, read as the frames of one video because multi_image is false, \
+            "The query holds {frames} images ({}), read as the frames of one video because multi_image is false, \
              and query_metadata lacks {} for them.",
+            places.join(", "),
             missing.join(", ")
         ),
     )
@@ -385,6 +405,9 @@ pub(crate) fn check_frames(input: &QueryInput) -> Result<(), ApiError> {
          or multi_image: true to send them as separate images.",
     ))
 }
+
+/// The file extensions the query reads as images.
+const IMAGE_EXTENSIONS: [&str; 3] = ["png", "jpg", "jpeg"];
 
 /// `read_ahead`: the event's numeric contents, already read (its `contents` is then `[]`).
 fn parse_event(i: usize, event: &Value, read_ahead: Option<Vec<Vec<f64>>>) -> Result<InputEvent, ApiError> {
@@ -592,13 +615,25 @@ mod tests {
         let timing = json!({"raw_fps": 1.0, "frames_indices": [0, 1], "total_num_frames": 2});
         let e = check(json!({})).unwrap_err();
         assert_eq!((e.status.as_u16(), e.code.as_str()), (400, "query_failed"));
-        assert!(e.message.contains("events[1] holds 2 images") && e.message.contains("raw_fps, frames_indices, total_num_frames"), "{}", e.message);
+        assert!(e.message.contains("holds 2 images (events[1])") && e.message.contains("raw_fps, frames_indices, total_num_frames"), "{}", e.message);
         let e = check(json!({"multi_image": false, "query_metadata": {"raw_fps": 1.0}})).unwrap_err();
         assert!(e.message.ends_with("lacks frames_indices, total_num_frames for them."), "{}", e.message);
         assert!(check(json!({"query_metadata": timing})).is_ok());
         assert!(check(json!({"multi_image": true})).is_ok());
         let one = json!({"model": R, "query": "x", "events": [{"type": "data.base64_img_array", "event_data": {"contents": [img]}}]});
         assert!(check_frames(&parse(one.to_string().as_bytes()).unwrap()).is_ok(), "one image is not a video");
+        // Images apart are frames too: two image events, or two image files, or one of each.
+        let image = json!({"type": "data.base64_img", "event_data": {"contents": img}});
+        for body in [
+            json!({"model": R, "query": "x", "events": [image, image]}),
+            json!({"model": R, "query": "x", "file_ids": ["a.png", "b.JPG"]}),
+            json!({"model": R, "query": "x", "file_ids": ["a.png", "notes.txt"], "events": [image]}),
+        ] {
+            let e = check_frames(&parse(body.to_string().as_bytes()).unwrap()).unwrap_err();
+            assert_eq!(e.code, "query_failed", "{body}");
+        }
+        let one_each = json!({"model": R, "query": "x", "file_ids": ["a.png", "notes.txt"]});
+        assert!(check_frames(&parse(one_each.to_string().as_bytes()).unwrap()).is_ok(), "one image and a text file");
     }
 
     #[test]
