@@ -21,8 +21,8 @@ import pytest
 
 from _fake_server import FakeServer, response
 from _helpers import header, run_on
-from sensorium.errors import (APIConnectionError, APITimeoutError, InvalidArgumentError, LensEventError, NotFoundError,
-                              WaitTimeoutError)
+from sensorium.errors import (APIConnectionError, APIResponseValidationError, APITimeoutError, InvalidArgumentError,
+                              LensEventError, NotFoundError, WaitTimeoutError)
 from sensorium.testing import Emulator
 from sensorium.types import Lens, LensSession, StreamEvent
 
@@ -927,3 +927,85 @@ def test_async_streams_and_sockets_close_when_awaited_and_have_aclose(emu):
         return seen
 
     assert asyncio.run(main()) == [0, 0, 0]
+
+def test_a_key_the_session_socket_echoes_reaches_no_reply_and_no_error(client_kind):
+    # Socket replies are redacted as they arrive, wherever the key sits: in a message's text, in a
+    # list, under any name (only an `api_key` entry directly inside a dict was cleaned, so read()'s
+    # error and the replies send() and validate() return carried it).
+    secret = "sk-SECRET-0123456789abcdef"
+
+    def handler(ws: Any) -> None:
+        for message in ws:
+            ws.send(json.dumps({"type": f"{json.loads(message)['type']}.response", "event_data": {
+                "is_valid": False, "error_messages": [f"Authorization 'Bearer {secret}' is not valid on runner-3"],
+                "details": [{"token": secret}, [secret], {"nested": {"api_key": secret}}]}}))
+
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect("lsn-1") as socket:
+            with pytest.raises(LensEventError) as refused:
+                socket.read()
+            return socket.send("session.validate"), socket.validate(), refused.value
+
+    async def async_body(c: Any) -> Any:
+        async with c.lens.sessions.connect("lsn-1") as socket:
+            with pytest.raises(LensEventError) as refused:
+                await socket.read()
+            return await socket.send("session.validate"), await socket.validate(), refused.value
+
+    with fake_session_socket(handler) as base_url:
+        sent, validated, refused = run_on(client_kind, sync_body if client_kind == "sync" else async_body,
+                                          api_key=secret, base_url=base_url)
+    assert str(refused) == "Authorization 'Bearer <redacted>' is not valid on runner-3"
+    assert sent["event_data"]["details"][:2] == [{"token": "<redacted>"}, ["<redacted>"]]
+    assert validated["error_messages"] == ["Authorization 'Bearer <redacted>' is not valid on runner-3"]
+    for kept in (sent, validated, refused):
+        assert secret not in repr(kept) and secret.encode() not in pickle.dumps(kept)
+    assert secret not in repr(vars(refused))
+
+
+def test_a_socket_call_that_gets_no_reply_names_what_came_instead(client_kind):
+    # A message that is not JSON, or that answers another request, is no call's reply (the
+    # platform also sends unsolicited ones); it was dropped silently and the caller saw only a
+    # timeout. The timeout now says what came instead.
+    def handler(ws: Any) -> None:
+        for message in ws:
+            if (json.loads(message)["event_data"] or {}).get("text"):
+                ws.send("Internal runner error: traceback ...")
+            else:
+                ws.send(json.dumps({"type": "session.read.response", "event_data": None}))
+
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect("lsn-1") as socket:
+            failures = []
+            for event_data in ({"text": True}, None):
+                with pytest.raises(APITimeoutError) as late:
+                    socket.send("session.validate", event_data)
+                failures.append(late.value)
+            return failures
+
+    async def async_body(c: Any) -> Any:
+        async with c.lens.sessions.connect("lsn-1") as socket:
+            failures = []
+            for event_data in ({"text": True}, None):
+                with pytest.raises(APITimeoutError) as late:
+                    await socket.send("session.validate", event_data)
+                failures.append(late.value)
+            return failures
+
+    with fake_session_socket(handler) as base_url:
+        not_json, other = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                                 base_url=base_url, timeout=0.5)
+    assert "no reply to session.validate within 0.5s" in str(not_json)
+    assert "not JSON" in str(not_json) and "Internal runner error: traceback ..." in str(not_json)
+    assert "a session.read reply" in str(other) and "Internal runner error" not in str(other)
+
+
+def test_a_session_endpoint_that_is_not_a_websocket_url_is_named_with_where_it_came_from(client_kind):
+    record = json.dumps({"session_id": "lsn-1", "session_endpoint": "http://127.0.0.1:9/x"}).encode()
+    with FakeServer(lambda head: [response(200, record)]) as rest:
+        base_url = rest.base_url
+        with pytest.raises(APIResponseValidationError) as bad:
+            run_on(client_kind, lambda c: c.lens.sessions.connect("lsn-1"), api_key="sk-test", base_url=base_url)
+    assert str(bad.value).startswith(f"unexpected response from {base_url}/lens/sessions/info: ")
+    assert 'session_endpoint "http://127.0.0.1:9/x" is not a ws:// or wss:// URL' in str(bad.value)
+

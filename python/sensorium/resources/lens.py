@@ -465,7 +465,9 @@ class AsyncEventStream(EventStream):
 
 
 def _scrub(value: Any) -> Any:
-    """A reply with any echoed key replaced (``session.status`` returns the record with it)."""
+    """A reply with any ``api_key`` entry replaced (``session.status`` returns the record with
+    the key, which the core has already taken out of every message; an entry holding another
+    key is hidden too)."""
     if isinstance(value, dict):
         return {k: REDACTED_KEY if k == "api_key" and v is not None else _scrub(v) for k, v in value.items()}
     return value
@@ -509,7 +511,13 @@ def _input_event(event: Any) -> Any:
 class SessionSocket:
     """A lens session's WebSocket (``client.lens.sessions.connect``). Each helper sends one
     request and returns its reply's ``event_data`` (a refusal raises ``LensEventError``);
-    ``send`` returns any request's whole reply. One request is in flight at a time."""
+    ``send`` returns any request's whole reply. One request is in flight at a time.
+
+    A key the server echoes is replaced by ``<redacted>`` wherever it sits in a reply. A message
+    that is no call's reply (not JSON, or answering another request) is dropped, since the
+    platform also sends unsolicited ones; a call whose reply never comes raises
+    ``APITimeoutError`` naming the last such message. Closing (leaving ``with``) waits at most
+    1 s, or the client's timeout if shorter, for the server to answer the close frame."""
 
     _asynchronous = False
 
