@@ -222,6 +222,16 @@ class Sessions(Resource):
         from, on that read and on every later one, never ending as if the session had. A context manager (closing it stops reading); an async
         iterator on ``AsyncClient``.
 
+        What cannot be resumed without losing or repeating events raises rather than resumes:
+        a connection lost after handing out events when none had an id (reconnecting would start
+        the stream over and hand them out again: ``APIConnectionError``; open the stream again to
+        read it from the start), or whose last event id holds a control character (a ``Last-Event-ID`` header
+        cannot carry it; a non-ASCII id is sent back as UTF-8). A server's ``retry:`` is waited
+        at most 60 s (as a ``Retry-After`` is). A 200 answer that is not ``text/event-stream``
+        (parameters aside; one without a Content-Type is read as a stream), such as a proxy's
+        sign-in page, and an event larger than 16 MiB raise ``APIResponseValidationError`` at
+        once, naming the Content-Type and quoting the answer's start, or the size.
+
         >>> with client.lens.sessions.stream(sid) as events:  # doctest: +SKIP
         ...     for event in events:
         ...         print(event.type, event.event_data)
