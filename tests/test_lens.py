@@ -21,8 +21,8 @@ import pytest
 
 from _fake_server import FakeServer, response
 from _helpers import header, run_on
-from sensorium.errors import (APIConnectionError, APITimeoutError, InvalidArgumentError, LensEventError, NotFoundError,
-                              WaitTimeoutError)
+from sensorium.errors import (APIConnectionError, APIResponseValidationError, APITimeoutError, InvalidArgumentError,
+                              LensEventError, NotFoundError, SensoriumError, WaitTimeoutError)
 from sensorium.testing import Emulator
 from sensorium.types import Lens, LensSession, StreamEvent
 
@@ -927,3 +927,216 @@ def test_async_streams_and_sockets_close_when_awaited_and_have_aclose(emu):
         return seen
 
     assert asyncio.run(main()) == [0, 0, 0]
+
+
+def read_until_failure(kind: str, base_url: str, **client_options: Any) -> tuple[list[StreamEvent], Any]:
+    """The events a stream hands out, and the exception that ends it (``None`` when it ends)."""
+    got: list[StreamEvent] = []
+
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.stream("lsn-1") as stream:
+            try:
+                for event in stream:
+                    got.append(event)
+            except SensoriumError as e:
+                return e
+        return None
+
+    async def async_body(c: Any) -> Any:
+        async with c.lens.sessions.stream("lsn-1") as stream:
+            try:
+                async for event in stream:
+                    got.append(event)
+            except SensoriumError as e:
+                return e
+        return None
+
+    client_options.setdefault("api_key", "sk-test")
+    error = run_on(kind, sync_body if kind == "sync" else async_body, base_url=base_url, **client_options)
+    return got, error
+
+
+def test_a_key_the_session_socket_echoes_reaches_no_reply_and_no_error(client_kind):
+    # Socket replies are redacted as they arrive, wherever the key sits: in a message's text, in a
+    # list, under any name (only an `api_key` entry directly inside a dict was cleaned, so read()'s
+    # error and the replies send() and validate() return carried it).
+    secret = "sk-SECRET-0123456789abcdef"
+
+    def handler(ws: Any) -> None:
+        for message in ws:
+            ws.send(json.dumps({"type": f"{json.loads(message)['type']}.response", "event_data": {
+                "is_valid": False, "error_messages": [f"Authorization 'Bearer {secret}' is not valid on runner-3"],
+                "details": [{"token": secret}, [secret], {"nested": {"api_key": secret}}]}}))
+
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect("lsn-1") as socket:
+            with pytest.raises(LensEventError) as refused:
+                socket.read()
+            return socket.send("session.validate"), socket.validate(), refused.value
+
+    async def async_body(c: Any) -> Any:
+        async with c.lens.sessions.connect("lsn-1") as socket:
+            with pytest.raises(LensEventError) as refused:
+                await socket.read()
+            return await socket.send("session.validate"), await socket.validate(), refused.value
+
+    with fake_session_socket(handler) as base_url:
+        sent, validated, refused = run_on(client_kind, sync_body if client_kind == "sync" else async_body,
+                                          api_key=secret, base_url=base_url)
+    assert str(refused) == "Authorization 'Bearer <redacted>' is not valid on runner-3"
+    assert sent["event_data"]["details"][:2] == [{"token": "<redacted>"}, ["<redacted>"]]
+    assert validated["error_messages"] == ["Authorization 'Bearer <redacted>' is not valid on runner-3"]
+    for kept in (sent, validated, refused):
+        assert secret not in repr(kept) and secret.encode() not in pickle.dumps(kept)
+    assert secret not in repr(vars(refused))
+
+
+def test_a_socket_call_that_gets_no_reply_names_what_came_instead(client_kind):
+    # A message that is not JSON, or that answers another request, is no call's reply (the
+    # platform also sends unsolicited ones); it was dropped silently and the caller saw only a
+    # timeout. The timeout now says what came instead.
+    def handler(ws: Any) -> None:
+        for message in ws:
+            if (json.loads(message)["event_data"] or {}).get("text"):
+                ws.send("Internal runner error: traceback ...")
+            else:
+                ws.send(json.dumps({"type": "session.read.response", "event_data": None}))
+
+    def sync_body(c: Any) -> Any:
+        with c.lens.sessions.connect("lsn-1") as socket:
+            failures = []
+            for event_data in ({"text": True}, None):
+                with pytest.raises(APITimeoutError) as late:
+                    socket.send("session.validate", event_data)
+                failures.append(late.value)
+            return failures
+
+    async def async_body(c: Any) -> Any:
+        async with c.lens.sessions.connect("lsn-1") as socket:
+            failures = []
+            for event_data in ({"text": True}, None):
+                with pytest.raises(APITimeoutError) as late:
+                    await socket.send("session.validate", event_data)
+                failures.append(late.value)
+            return failures
+
+    with fake_session_socket(handler) as base_url:
+        not_json, other = run_on(client_kind, sync_body if client_kind == "sync" else async_body, api_key="sk-test",
+                                 base_url=base_url, timeout=0.5)
+    assert "no reply to session.validate within 0.5s" in str(not_json)
+    assert "not JSON" in str(not_json) and "Internal runner error: traceback ..." in str(not_json)
+    assert "a session.read reply" in str(other) and "Internal runner error" not in str(other)
+
+
+def test_a_session_endpoint_that_is_not_a_websocket_url_is_named_with_where_it_came_from(client_kind):
+    record = json.dumps({"session_id": "lsn-1", "session_endpoint": "http://127.0.0.1:9/x"}).encode()
+    with FakeServer(lambda head: [response(200, record)]) as rest:
+        base_url = rest.base_url
+        with pytest.raises(APIResponseValidationError) as bad:
+            run_on(client_kind, lambda c: c.lens.sessions.connect("lsn-1"), api_key="sk-test", base_url=base_url)
+    assert str(bad.value).startswith(f"unexpected response from {base_url}/lens/sessions/info: ")
+    assert 'session_endpoint "http://127.0.0.1:9/x" is not a ws:// or wss:// URL' in str(bad.value)
+
+
+def sse_head(content_type: Optional[str]) -> bytes:
+    return (b"HTTP/1.1 200 OK\r\n" + (f"Content-Type: {content_type}\r\n".encode() if content_type else b"")
+            + b"Connection: close\r\n\r\n")
+
+
+@pytest.mark.parametrize("content_type, body", [
+    ("text/html", b"<html><body><h1>Sign in to Corporate Proxy</h1>" + b"<p>auth=sk-test</p>" * 200),
+    ("application/json", b'{"errors": [{"code": "session_not_found", "message": "Session lsn-1 not found"}]}'),
+])
+def test_a_stream_answered_with_something_else_fails_at_once_saying_what_came(client_kind, content_type, body):
+    # A proxy's sign-in page, or an error sent with 200, was parsed as an empty event stream and
+    # reconnected to for half a minute before a misleading error.
+    with FakeServer(lambda head: [sse_head(content_type) + body]) as server:
+        events, error = read_until_failure(client_kind, server.base_url)
+        assert len(server.requests) == 1
+    assert events == [] and isinstance(error, APIResponseValidationError)
+    message = str(error)
+    assert f"Content-Type {content_type}, not text/event-stream" in message
+    assert body[:40].decode() in message and len(message) < 1000
+    assert "sk-test" not in message and "sk-test" not in error.body and error.body.startswith(body[:40].decode())
+
+
+@pytest.mark.parametrize("content_type", ["text/event-stream; charset=utf-8", "Text/Event-Stream", None])
+def test_an_event_stream_with_parameters_or_without_a_content_type_is_read(client_kind, content_type):
+    # A missing Content-Type is taken for an event stream (what the client asked for with Accept).
+    frames = sse_frame('{"type": "inference.result", "event_data": {"i": 1}}', 1) + sse_frame(
+        '{"type": "sse.stream.end"}', 2)
+    with FakeServer(lambda head: [sse_head(content_type) + frames]) as server:
+        events, error = read_until_failure(client_kind, server.base_url)
+    assert error is None and [e.event_data for e in events] == [{"i": 1}]
+
+
+def test_an_event_larger_than_the_limit_fails_the_stream_instead_of_filling_memory(client_kind):
+    # One line that never ends grew the client's memory without bound.
+    def script(head: bytes) -> Iterator[Any]:
+        yield SSE_HEAD + sse_frame('{"type": "inference.result", "event_data": {"i": 1}}', 1)
+        yield b'id: 2\ndata: {"type": "inference.result", "event_data": "'
+        for _ in range(20):
+            yield b"A" * (1 << 20)
+        yield 60.0
+
+    with FakeServer(script) as server:
+        events, error = read_until_failure(client_kind, server.base_url, read_timeout=30)
+        assert len(server.requests) == 1
+    assert [e.id for e in events] == ["1"]
+    assert isinstance(error, APIResponseValidationError)
+    assert "larger than 16 MiB" in str(error) and "after event 1" in str(error)
+
+
+def test_a_frame_whose_type_is_not_text_keeps_its_event_data(client_kind):
+    frames = (sse_frame('{"type": 5, "event_data": {"i": 1}}', 1)
+              + sse_frame('{"type": "sse.stream.end"}', 2))
+    with FakeServer(lambda head: [SSE_HEAD + frames]) as server:
+        events, error = read_until_failure(client_kind, server.base_url)
+    assert error is None
+    assert [(e.type, e.event_data) for e in events] == [("message", {"i": 1})]
+
+
+def test_an_event_id_no_header_can_carry_fails_the_resume_naming_it(client_kind):
+    # The resume sent it as Last-Event-ID; building the request failed with an error that blamed
+    # base_url.
+    def script(head: bytes) -> list[bytes]:
+        return [SSE_HEAD + b'id: a\x01b\ndata: {"type": "inference.result", "event_data": {"i": 1}}\n\n']
+
+    with FakeServer(script) as server:
+        events, error = read_until_failure(client_kind, server.base_url)
+        assert len(server.requests) == 1
+    assert [e.id for e in events] == ["a\x01b"]
+    assert isinstance(error, APIConnectionError)
+    assert '"a\\u{1}b" holds a control character' in str(error) and "base_url" not in str(error)
+
+
+def test_a_non_ascii_event_id_is_resumed_from_as_utf_8(client_kind):
+    # As the HTML standard's EventSource sends it.
+    def script(head: bytes) -> list[bytes]:
+        if b"last-event-id" not in head.lower():
+            return [SSE_HEAD + sse_frame('{"type": "inference.result", "event_data": {"i": 1}}').replace(
+                b"data:", "id: évt-1\r\ndata:".encode(), 1)]
+        return [SSE_HEAD + sse_frame('{"type": "inference.result", "event_data": {"i": 2}}', 2)
+                + sse_frame('{"type": "sse.stream.end"}', 3)]
+
+    with FakeServer(script) as server:
+        events, error = read_until_failure(client_kind, server.base_url)
+        resumed = server.requests[1]
+    assert error is None and [e.id for e in events] == ["évt-1", "2"]
+    assert "last-event-id: évt-1".encode() in resumed.lower()
+
+
+def test_events_without_ids_are_not_handed_out_again_after_a_drop(client_kind):
+    # Without an id there is nothing to resume from: reconnecting restarted the stream, and the
+    # events already handed out came again, silently.
+    frames = b"".join(sse_frame(f'{{"type": "inference.result", "event_data": {{"i": {i}}}}}') for i in (1, 2))
+
+    def script(head: bytes) -> list[bytes]:
+        return [SSE_HEAD + frames + (sse_frame('{"type": "sse.stream.end"}') if len(server.requests) > 1 else b"")]
+
+    with FakeServer(script) as server:
+        events, error = read_until_failure(client_kind, server.base_url)
+        assert len(server.requests) == 1
+    assert [e.event_data["i"] for e in events] == [1, 2]
+    assert isinstance(error, APIConnectionError)
+    assert "no id" in str(error) and "again" in str(error)

@@ -2,10 +2,14 @@
 //! events: the framing is the SSE standard's (parsed by `eventsource-stream2`: CR, LF and CRLF,
 //! a CRLF split across chunks, multi-line `data`, comments, `retry`); on a dropped or stalled
 //! connection the feed reconnects with `Last-Event-ID` set to the last event it read, with
-//! backoff and a bounded number of attempts, so the caller sees every event once. It ends on
-//! `sse.stream.end`. Events go out in batches, so handing them to Python costs one channel hop
-//! per batch rather than per event.
+//! backoff and a bounded number of attempts, so the caller sees every event once; where that
+//! cannot be kept (events without ids, an id no header can carry) it fails rather than repeat or
+//! lose events. It ends on `sse.stream.end`. A 200 answer that is not an event stream fails at
+//! once, and so does an event past `MAX_EVENT_BYTES`. Events go out in batches, so handing them
+//! to Python costs one channel hop per batch rather than per event.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,7 +20,7 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 use super::endpoint::Surface;
-use super::error::{seconds, Error};
+use super::error::{seconds, truncate, Error};
 use super::transport::{error_chain, Call, Transport};
 
 /// The frame types that are the protocol's, not the lens's output.
@@ -50,6 +54,15 @@ const BATCH: usize = 512;
 /// The parser copies what follows each line it consumes; feeding it network chunks of 64 KiB
 /// made that quadratic. Slices of this size (views, no copy) keep each line's cost small.
 const PARSE_SLICE: usize = 2048;
+
+/// The most bytes the parser may hold for one event (its lines, and whatever comes between two
+/// events), as the session socket bounds a message at 16 MiB: a line that never ends would
+/// otherwise grow the client's memory without bound. A stream that passes it fails.
+pub const MAX_EVENT_BYTES: usize = 16 << 20;
+
+/// How much of a 200 answer that is not an event stream its error keeps (`body`) and quotes.
+const KEPT: usize = 4096;
+const QUOTED: usize = 200;
 
 /// One event of the stream: its `id` (the resume cursor), `type`, and the JSON texts of its
 /// `event_data` and of the whole `data` object. A frame whose data is not a JSON object is kept
@@ -91,13 +104,15 @@ pub type Feed = Result<Vec<StreamEvent>, Error>;
 
 #[derive(Deserialize)]
 struct Frame<'a> {
+    /// Raw, so that a `type` that is not a string (`5`) costs only the type, not `event_data`.
     #[serde(rename = "type", borrow)]
-    kind: Option<std::borrow::Cow<'a, str>>,
+    kind: Option<&'a RawValue>,
     #[serde(borrow)]
     event_data: Option<&'a RawValue>,
 }
 
-/// The `type` of a frame's `data` object, and where its `event_data` sits in `data`.
+/// The `type` of a frame's `data` object (when it is a string), and where its `event_data` sits
+/// in `data`.
 fn frame_of(data: &str) -> Result<(Option<String>, Option<std::ops::Range<usize>>), serde_json::Error> {
     serde_json::from_str::<Frame<'_>>(data).map(|frame| {
         let base = data.as_ptr() as usize;
@@ -106,7 +121,8 @@ fn frame_of(data: &str) -> Result<(Option<String>, Option<std::ops::Range<usize>
             let start = (raw.get().as_ptr() as usize).checked_sub(base)?;
             Some(start..start + raw.get().len())
         });
-        (frame.kind.map(|k| k.into_owned()), at)
+        let kind = frame.kind.and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
+        (kind, at)
     })
 }
 
@@ -128,6 +144,30 @@ enum Ended {
     Lost { reason: String, received: bool },
     /// The reader went away.
     Abandoned,
+    /// The body cannot be read as a stream (an event past `MAX_EVENT_BYTES`); reconnecting would
+    /// meet it again.
+    Unreadable { message: String },
+}
+
+/// The bytes handed to the parser since it last gave out an event: what it holds for the event
+/// being read. `frames` adds each slice it feeds and stops feeding past `MAX_EVENT_BYTES`;
+/// `read` starts it over at each event.
+#[derive(Clone, Default)]
+struct Held(Arc<AtomicUsize>);
+
+impl Held {
+    /// Counts `n` more bytes; whether the total is still within the limit.
+    fn add(&self, n: usize) -> bool {
+        self.0.fetch_add(n, Ordering::Relaxed).saturating_add(n) <= MAX_EVENT_BYTES
+    }
+
+    fn over(&self) -> bool {
+        self.0.load(Ordering::Relaxed) > MAX_EVENT_BYTES
+    }
+
+    fn clear(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Reads the stream at `path` (under the API base) into `tx` until it ends, the reader hangs
@@ -148,10 +188,20 @@ pub async fn pump(transport: &Transport, path: &str, options: StreamOptions, tx:
         }
         // The transport applies the retry rule to the connect itself (429, 5xx, refused).
         let ended = match transport.execute(&call, |response| async move { Ok(response) }).await {
-            Ok(response) => {
-                let events = frames(response.bytes_stream());
-                read(events, &options, &mut last_id, &mut server_retry, transport.config.timeouts.read, &tx).await
-            }
+            Ok(response) => match foreign_content_type(&response) {
+                // A proxy's page or an error sent with 200 is no stream, and will not become one
+                // by reconnecting.
+                Some(content_type) => {
+                    let _ = tx.send(Err(not_a_stream(transport, &url, &content_type, response).await)).await;
+                    return;
+                }
+                None => {
+                    let held = Held::default();
+                    let events = frames(response.bytes_stream(), held.clone());
+                    let stall = transport.config.timeouts.read;
+                    read(events, &held, &options, &mut last_id, &mut server_retry, stall, &tx).await
+                }
+            },
             // A 4xx (unknown session, bad key) will not change by reconnecting.
             Err(e) if !e.is_retryable() => {
                 let _ = tx.send(Err(e)).await;
@@ -161,7 +211,15 @@ pub async fn pump(transport: &Transport, path: &str, options: StreamOptions, tx:
         };
         match ended {
             Ended::Graceful | Ended::Abandoned => return,
+            Ended::Unreadable { message } => {
+                let _ = tx.send(Err(Error::unexpected(&url, message, b""))).await;
+                return;
+            }
             Ended::Lost { reason, received } => {
+                if let Some(message) = unresumable(last_id.as_deref(), received, &reason) {
+                    let _ = tx.send(Err(Error::Connection { message })).await;
+                    return;
+                }
                 failures = if received { 1 } else { failures + 1 };
                 if failures > allowed {
                     // With no event id yet there is no place to resume from, only the start.
@@ -187,9 +245,10 @@ pub async fn pump(transport: &Transport, path: &str, options: StreamOptions, tx:
                 }
                 log::debug!("event stream lost ({reason}); reconnecting after {:?}", last_id);
                 // A connection that delivered events and then dropped is resumed at once (or
-                // after the server's `retry`); only reconnects that bring nothing back off.
+                // after the server's `retry`, capped as a Retry-After is: a `retry` of ten days
+                // would park the stream); only reconnects that bring nothing back off.
                 let wait = match (server_retry, failures) {
-                    (Some(retry), 1) => retry,
+                    (Some(retry), 1) => retry.min(transport.config.retry.max_retry_after),
                     (None, 1) => Duration::ZERO,
                     _ => transport.config.retry.delay(failures - 1, None),
                 };
@@ -199,19 +258,86 @@ pub async fn pump(transport: &Transport, path: &str, options: StreamOptions, tx:
     }
 }
 
+/// Why a stream lost for `reason` cannot be resumed without losing or repeating events, if it
+/// cannot: events without ids were handed out (`received`) and there is no id to resume after,
+/// so reconnecting would start the stream over and hand them out again; or the last id cannot
+/// be sent back (a `Last-Event-ID` header cannot carry control characters; non-ASCII goes as
+/// UTF-8, as the HTML standard's EventSource sends it).
+fn unresumable(last_id: Option<&str>, received: bool, reason: &str) -> Option<String> {
+    match last_id {
+        None if received => Some(format!(
+            "the event stream was lost ({reason}) after handing out events that carry no id: with no id to resume \
+             after (Last-Event-ID), reconnecting would start the stream over and hand them out again, so it is not \
+             resumed; open the stream again to read it from the beginning"
+        )),
+        Some(id) if reqwest::header::HeaderValue::from_str(id).is_err() => Some(format!(
+            "the event stream was lost ({reason}) and cannot be resumed: the last event's id {id:?} holds a control \
+             character, which the Last-Event-ID header cannot carry"
+        )),
+        _ => None,
+    }
+}
+
+/// The Content-Type of an answer to the stream when it has one that is not `text/event-stream`
+/// (parameters such as `; charset=utf-8` aside). An answer without one is read as an event
+/// stream: the request asked for one (`Accept`), and a proxy that drops the header should not
+/// break a stream that is fine.
+fn foreign_content_type(response: &reqwest::Response) -> Option<String> {
+    let value = response.headers().get(reqwest::header::CONTENT_TYPE)?;
+    let text = String::from_utf8_lossy(value.as_bytes());
+    let media_type = text.split(';').next().unwrap_or_default().trim();
+    (!media_type.eq_ignore_ascii_case("text/event-stream")).then(|| text.into_owned())
+}
+
+/// The error for a 200 answer of `content_type` that is not an event stream (a proxy's sign-in
+/// page, an error sent with 200): it names the type and quotes the start of the body, of which
+/// it reads about `KEPT` bytes, each read within the stall timeout, with the key taken out.
+async fn not_a_stream(transport: &Transport, url: &str, content_type: &str, mut response: reqwest::Response) -> Error {
+    let mut head = Vec::new();
+    let mut whole = false;
+    while head.len() < KEPT {
+        match tokio::time::timeout(transport.config.timeouts.read, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => head.extend_from_slice(&chunk),
+            Ok(Ok(None)) => {
+                whole = true;
+                break;
+            }
+            _ => break,
+        }
+    }
+    let key = &transport.config.api_key;
+    let mut text = key.redact_in(&String::from_utf8_lossy(&head));
+    if !whole {
+        // A key cut where the reading stopped is not found whole: its start goes too.
+        let secret = key.expose();
+        let cut_at_end = |n: usize| secret.get(..n).is_some_and(|start| text.ends_with(start));
+        if let Some(cut) = (1..secret.len()).rev().find(|&n| cut_at_end(n)) {
+            text.truncate(text.len() - cut);
+        }
+    }
+    let body = truncate(&text, KEPT);
+    let message = format!(
+        "the event stream was answered with Content-Type {content_type}, not text/event-stream (a proxy's page, or \
+         an error sent with status 200?): {}",
+        truncate(body.trim(), QUOTED)
+    );
+    Error::unexpected(url, message, body.as_bytes())
+}
+
 /// The events of one connection's body, parsed by `eventsource-stream2` from views of at most
 /// `PARSE_SLICE` bytes. A chunk that ends in CR is followed by an LF of our own, and an LF that
 /// then opens the next chunk is dropped: the parser keeps a final CR back until the next byte
 /// shows whether it is a CRLF, so a CR-framed event would wait for the server's next bytes (and
 /// the last one, `sse.stream.end` included, would never come when the body ends there). A CR
 /// ends the line either way; only whether an LF after it is the same line end was open, and
-/// that is settled here as the standard's CRLF rule settles it.
-fn frames<S, E>(chunks: S) -> EventStream<impl Stream<Item = Result<Bytes, E>> + Unpin>
+/// that is settled here as the standard's CRLF rule settles it. Each slice fed is counted in
+/// `held`; past `MAX_EVENT_BYTES` the body ends there for the parser (`read` tells why).
+fn frames<S, E>(chunks: S, held: Held) -> EventStream<impl Stream<Item = Result<Bytes, E>> + Unpin>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
 {
     let mut after_cr = false;
-    EventStream::new(chunks.flat_map(move |chunk| match chunk {
+    let sliced = chunks.flat_map(move |chunk| match chunk {
         Ok(mut chunk) => {
             if !chunk.is_empty() {
                 if after_cr && chunk[0] == b'\n' {
@@ -226,6 +352,9 @@ where
             futures_util::stream::iter(parts.into_iter().map(Ok)).left_stream()
         }
         Err(e) => futures_util::stream::iter(vec![Err(e)]).right_stream(),
+    });
+    EventStream::new(sliced.take_while(move |part| {
+        futures_util::future::ready(part.as_ref().map_or(true, |slice| held.add(slice.len())))
     }))
 }
 
@@ -236,6 +365,7 @@ fn slices(chunk: Bytes) -> Vec<Bytes> {
 
 async fn read<S, E>(
     mut events: EventStream<S>,
+    held: &Held,
     options: &StreamOptions,
     last_id: &mut Option<String>,
     server_retry: &mut Option<Duration>,
@@ -263,6 +393,18 @@ where
         // Everything already parsed goes out in one batch.
         loop {
             match next {
+                None if held.over() => {
+                    let after = match last_id {
+                        Some(id) => format!("after event {id}"),
+                        None => "before any event id".to_string(),
+                    };
+                    let message = format!(
+                        "an event of the stream is larger than {} MiB ({after}); the stream is not read further",
+                        MAX_EVENT_BYTES >> 20
+                    );
+                    ended = Some(Ended::Unreadable { message });
+                    break;
+                }
                 None => {
                     ended = Some(Ended::Lost { reason: "the server closed the stream".into(), received });
                     break;
@@ -276,6 +418,7 @@ where
                     break;
                 }
                 Some(Ok(event)) => {
+                    held.clear();
                     if let Some(retry) = event.retry {
                         *server_retry = Some(retry);
                     }
@@ -326,13 +469,29 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::config::ClientConfig;
+
+    /// `read` of one connection's `body`.
+    async fn read_body<S>(
+        body: S,
+        options: &StreamOptions,
+        last: &mut Option<String>,
+        retry: &mut Option<Duration>,
+        tx: &mpsc::Sender<Feed>,
+    ) -> Ended
+    where
+        S: Stream<Item = Result<Bytes, std::io::Error>> + Unpin,
+    {
+        let held = Held::default();
+        read(frames(body, held.clone()), &held, options, last, retry, Duration::from_secs(5), tx).await
+    }
 
     async fn parse(chunks: Vec<&'static [u8]>, options: StreamOptions) -> (Vec<StreamEvent>, Option<String>) {
         let stream = futures_util::stream::iter(chunks.into_iter().map(|c| Ok::<_, std::io::Error>(Bytes::from(c))));
         let (tx, mut rx) = mpsc::channel(16);
         let mut last = options.last_event_id.clone();
         let mut retry = None;
-        read(frames(stream), &options, &mut last, &mut retry, Duration::from_secs(5), &tx).await;
+        read_body(stream, &options, &mut last, &mut retry, &tx).await;
         drop(tx);
         let mut out = Vec::new();
         while let Some(Ok(batch)) = rx.recv().await {
@@ -424,7 +583,8 @@ mod tests {
     async fn a_cr_framed_event_is_handed_out_without_waiting_for_the_next_byte() {
         let head: Vec<std::io::Result<Bytes>> = vec![Ok(Bytes::from_static(b"id: 1\rdata: {\"type\": \"a\"}\r\r"))];
         // The server then sends nothing more for now.
-        let mut events = frames(futures_util::stream::iter(head).chain(futures_util::stream::pending()));
+        let body = futures_util::stream::iter(head).chain(futures_util::stream::pending());
+        let mut events = frames(body, Held::default());
         let first = events.next().now_or_never();
         assert!(matches!(&first, Some(Some(Ok(event))) if event.id == "1"), "{first:?}");
     }
@@ -452,7 +612,7 @@ mod tests {
         let stream = futures_util::stream::iter(chunks.into_iter().map(|c| Ok::<_, std::io::Error>(Bytes::from(c))));
         let (tx, mut rx) = mpsc::channel(16);
         let (mut last, mut retry) = (None, None);
-        let ended = read(frames(stream), &StreamOptions::default(), &mut last, &mut retry, Duration::from_secs(5), &tx).await;
+        let ended = read_body(stream, &StreamOptions::default(), &mut last, &mut retry, &tx).await;
         assert!(matches!(ended, Ended::Graceful));
         assert!(matches!(rx.try_recv(), Ok(Ok(batch)) if batch.len() == 1 && batch[0].id == "1"));
         assert_eq!(last.as_deref(), Some("2"));
@@ -466,7 +626,7 @@ mod tests {
             let stream = futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(start_and_beat))]);
             let (tx, _rx) = mpsc::channel(16);
             let (mut last, mut retry) = (options.last_event_id.clone(), None);
-            read(frames(stream), &options, &mut last, &mut retry, Duration::from_secs(5), &tx).await
+            read_body(stream, &options, &mut last, &mut retry, &tx).await
         };
         let received = |ended: Ended| match ended {
             Ended::Lost { received, .. } => received,
@@ -480,6 +640,11 @@ mod tests {
     /// A server on 127.0.0.1 that answers every request with `answer` and closes; and how many
     /// requests it has had.
     async fn answering(answer: &'static [u8]) -> (String, std::sync::Arc<std::sync::atomic::AtomicU32>) {
+        answering_in_turn(vec![answer]).await
+    }
+
+    /// `answering`, with the n-th request answered by `answers[n]` (the last one from there on).
+    async fn answering_in_turn(answers: Vec<&'static [u8]>) -> (String, std::sync::Arc<std::sync::atomic::AtomicU32>) {
         use std::sync::atomic::{AtomicU32, Ordering};
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -488,13 +653,14 @@ mod tests {
         let counter = requests.clone();
         tokio::spawn(async move {
             while let Ok((mut socket, _)) = listener.accept().await {
-                let counter = counter.clone();
+                let (counter, answers) = (counter.clone(), answers.clone());
                 tokio::spawn(async move {
                     let (mut buf, mut seen) = (vec![0u8; 8192], Vec::new());
                     while let Ok(n @ 1..) = socket.read(&mut buf).await {
                         seen.extend_from_slice(&buf[..n]);
                         if seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                            counter.fetch_add(1, Ordering::SeqCst);
+                            let turn = counter.fetch_add(1, Ordering::SeqCst) as usize;
+                            let answer = answers[turn.min(answers.len() - 1)];
                             let _ = socket.write_all(answer).await;
                             return;
                         }
@@ -511,10 +677,13 @@ mod tests {
     }
 
     async fn pumped_with(base: String, max_retries: u32) -> Vec<Feed> {
-        let mut config = crate::client::config::ClientConfig::resolve(Some("sk-test".into()), Some(base), |_| None)
-            .unwrap();
+        pumped_configured(base, |config| config.retry.max_retries = max_retries).await
+    }
+
+    async fn pumped_configured(base: String, configure: impl FnOnce(&mut ClientConfig)) -> Vec<Feed> {
+        let mut config = ClientConfig::resolve(Some("sk-test".into()), Some(base), |_| None).unwrap();
         config.retry.initial_delay = Duration::from_millis(1);
-        config.retry.max_retries = max_retries;
+        configure(&mut config);
         let transport = Transport::new(config).unwrap();
         let (tx, mut rx) = mpsc::channel(64);
         pump(&transport, "/lens/sessions/consumer/lsn-1", StreamOptions::default(), tx).await;
@@ -579,6 +748,57 @@ mod tests {
             [Ok(batch)] => assert_eq!(batch.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["1"]),
             other => panic!("expected one batch and the end, got {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_servers_retry_is_capped_as_a_retry_after_is() {
+        // Ten days asked for: the stream waits the policy's cap instead.
+        let (base, requests) = answering_in_turn(vec![
+            answer_of(SSE_HEAD, "retry: 864000000\nid: 1\ndata: {\"type\": \"a\"}\n\n"),
+            answer_of(SSE_HEAD, "id: 2\ndata: {\"type\": \"b\"}\n\nid: 3\ndata: {\"type\": \"sse.stream.end\"}\n\n"),
+        ])
+        .await;
+        let pumped = pumped_configured(base, |config| config.retry.max_retry_after = Duration::from_millis(10));
+        let feeds = tokio::time::timeout(Duration::from_secs(60), pumped).await.expect("the retry was not capped");
+        let ids: Vec<&str> = feeds.iter().flat_map(|feed| feed.as_ref().unwrap()).map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["1", "2"]);
+        assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_frame_whose_type_is_not_a_string_keeps_its_event_data() {
+        let frame: &'static [u8] = b"id: 1\ndata: {\"type\": 5, \"event_data\": {\"n\": 1}}\n\n";
+        let (events, _) = parse(vec![frame], StreamOptions::default()).await;
+        assert_eq!((events[0].kind.as_str(), events[0].event_data()), ("message", Some("{\"n\": 1}")));
+        assert_eq!(StreamEvent::from_parts("1".into(), "message".into(), events[0].data.clone()), events[0]);
+    }
+
+    #[tokio::test]
+    async fn an_event_past_the_limit_ends_the_connection_as_unreadable() {
+        let mut body: Vec<Bytes> = vec![Bytes::from_static(b"id: 1\ndata: {\"type\": \"a\"}\n\nid: 2\ndata: \"")];
+        body.extend(std::iter::repeat_n(Bytes::from(vec![b'A'; 1 << 20]), (MAX_EVENT_BYTES >> 20) + 1));
+        let stream = futures_util::stream::iter(body.into_iter().map(Ok::<_, std::io::Error>));
+        let (tx, mut rx) = mpsc::channel(16);
+        let (mut last, mut retry) = (None, None);
+        let ended = read_body(stream, &StreamOptions::default(), &mut last, &mut retry, &tx).await;
+        match ended {
+            Ended::Unreadable { message } => {
+                assert!(message.contains("larger than 16 MiB (after event 1)"), "{message}")
+            }
+            _ => panic!("expected the connection to end as unreadable"),
+        }
+        assert!(matches!(rx.try_recv(), Ok(Ok(batch)) if batch.len() == 1 && batch[0].id == "1"));
+    }
+
+    #[test]
+    fn a_stream_is_not_resumed_where_it_would_repeat_events_or_cannot_send_the_id() {
+        let no_id = unresumable(None, true, "closed").unwrap();
+        assert!(no_id.contains("carry no id") && no_id.contains("hand them out again"), "{no_id}");
+        let control = unresumable(Some("a\u{1}b"), true, "closed").unwrap();
+        assert!(control.contains("\"a\\u{1}b\" holds a control character"), "{control}");
+        // Nothing handed out yet, or an id a header carries (non-ASCII as UTF-8): resumed.
+        assert_eq!(unresumable(None, false, "closed"), None);
+        assert_eq!(unresumable(Some("évt-1"), true, "closed"), None);
     }
 
     /// `head` then `body`, leaked: a test server's answer lives for the whole test run.

@@ -3,7 +3,9 @@
 //! flushes it on the next read) even while Python is idle, and every reply goes to the call that
 //! is waiting for it: a message no call waits for (a late reply to a call that timed out, was
 //! cancelled or interrupted, an unsolicited heartbeat answer) is dropped, never handed to the next
-//! caller. Closing does the close handshake and then closes the connection.
+//! caller. Every message is redacted as it arrives: a key the server echoes (in a record, a
+//! message's text, anywhere) reaches no reply, error or log. Closing does the close handshake,
+//! waiting at most `CLOSE_WAIT` for the server's answer, and then closes the connection.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -21,7 +23,8 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use super::error::{seconds, ApiError, Error};
+use super::endpoint::Surface;
+use super::error::{seconds, truncate, ApiError, Error};
 use super::secret::ApiKey;
 use super::transport::Transport;
 
@@ -56,7 +59,18 @@ struct Mailbox {
     calls: u64,
     /// Why the socket stopped, once it has.
     closed: Option<String>,
+    /// The last message that came while a call waited and was not its reply (one that is not
+    /// JSON, or answers another request), for the error of a call that then gets none.
+    stray: Option<String>,
 }
+
+/// The longest `close` waits for the close handshake (the client's reply timeout, when
+/// shorter): a server answers the close frame within a round trip, and one that never does
+/// costs this rather than seconds more on leaving a `with` block.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// How much of a message that is not JSON an error quotes.
+const QUOTED: usize = 200;
 
 /// Why calls fail after `close()`.
 const CLOSED_BY_CALLER: &str =
@@ -104,10 +118,20 @@ impl Mailbox {
                 let _ = p.reply.send(message);
             }
             other => {
-                self.pending = other;
-                log::debug!("dropped a session socket message no call waits for ({})", reply_type(&message));
+                let kind = reply_type(&message);
+                self.dropped(other, format!("a {kind} reply"));
+                log::debug!("dropped a session socket message no call waits for ({kind})");
             }
         }
+    }
+
+    /// A message that is not the `pending` call's reply was dropped; the call, if one waits,
+    /// names it should its reply never come.
+    fn dropped(&mut self, pending: Option<Pending>, what: String) {
+        if pending.is_some() {
+            self.stray = Some(what);
+        }
+        self.pending = pending;
     }
 
     /// The call `call` stopped waiting without its reply: the reply, still to come, is owed.
@@ -134,11 +158,11 @@ impl Drop for Abandon<'_> {
     }
 }
 
-async fn read_all(mut stream: SplitStream<Stream>, mailbox: Arc<Mutex<Mailbox>>) {
+async fn read_all(mut stream: SplitStream<Stream>, mailbox: Arc<Mutex<Mailbox>>, key: ApiKey) {
     let reason = loop {
         match stream.next().await {
-            Some(Ok(Message::Text(text))) => deliver(&mailbox, text.as_bytes()),
-            Some(Ok(Message::Binary(bytes))) => deliver(&mailbox, &bytes),
+            Some(Ok(Message::Text(text))) => deliver(&mailbox, text.as_bytes(), &key),
+            Some(Ok(Message::Binary(bytes))) => deliver(&mailbox, &bytes, &key),
             Some(Ok(Message::Close(frame))) => {
                 break match frame {
                     Some(f) => format!("the server closed the session socket ({} {})", u16::from(f.code), f.reason),
@@ -157,22 +181,38 @@ async fn read_all(mut stream: SplitStream<Stream>, mailbox: Arc<Mutex<Mailbox>>)
     mailbox.pending = None;
 }
 
-fn deliver(mailbox: &Mutex<Mailbox>, bytes: &[u8]) {
+/// Hands a message, the key taken out of it wherever it sits, to the call it answers. One that
+/// is not JSON answers none; it is logged as a warning (never valid on this protocol, and
+/// possibly a server's error text).
+fn deliver(mailbox: &Mutex<Mailbox>, bytes: &[u8], key: &ApiKey) {
     match serde_json::from_slice::<Value>(bytes) {
-        Ok(message) => mailbox.lock().deliver(message),
-        Err(_) => log::debug!("dropped a session socket message that is not JSON ({} bytes)", bytes.len()),
+        Ok(mut message) => {
+            key.redact_value(&mut message);
+            mailbox.lock().deliver(message)
+        }
+        Err(_) => {
+            let text = key.redact_in(&String::from_utf8_lossy(bytes));
+            let what = format!("a message that is not JSON: {:?}", truncate(&text, QUOTED));
+            log::warn!("dropped {what}");
+            let mut mailbox = mailbox.lock();
+            let pending = mailbox.pending.take();
+            mailbox.dropped(pending, what);
+        }
     }
 }
 
 impl Socket {
     /// Opens `endpoint` (the session record's `session_endpoint`) with the client's key.
     pub async fn connect(transport: &Transport, endpoint: &str, credential: Credential) -> Result<Socket, Error> {
+        // The endpoint comes from the session record (`GET /lens/sessions/info`).
+        let bad_endpoint = |why: String| {
+            let record = format!("{}/lens/sessions/info", Surface::Api.base(transport));
+            Error::unexpected(&record, format!("session_endpoint {endpoint:?} {why}"), b"")
+        };
         if !(endpoint.starts_with("ws://") || endpoint.starts_with("wss://")) {
-            return Err(Error::unexpected("", format!("session_endpoint {endpoint:?} is not a ws:// or wss:// URL"), b""));
+            return Err(bad_endpoint("is not a ws:// or wss:// URL".into()));
         }
-        let mut request = endpoint
-            .into_client_request()
-            .map_err(|e| Error::unexpected("", format!("session_endpoint {endpoint:?} is not usable: {e}"), b""))?;
+        let mut request = endpoint.into_client_request().map_err(|e| bad_endpoint(format!("is not usable: {e}")))?;
         let key = transport.config.api_key.expose();
         let (name, value) = match credential {
             Credential::Header => ("authorization", format!("Bearer {key}")),
@@ -190,7 +230,7 @@ impl Socket {
             .map_err(|e| handshake_error(endpoint, e, &transport.config.api_key))?;
         let (sink, stream) = stream.split();
         let mailbox = Arc::new(Mutex::new(Mailbox::default()));
-        let reader = tokio::spawn(read_all(stream, mailbox.clone()));
+        let reader = tokio::spawn(read_all(stream, mailbox.clone(), transport.config.api_key.clone()));
         Ok(Socket {
             sink: tokio::sync::Mutex::new(Some(sink)),
             turn: tokio::sync::Mutex::new(()),
@@ -225,6 +265,7 @@ impl Socket {
                     return Err(Error::Connection { message: reason.clone() });
                 }
                 mailbox.calls += 1;
+                mailbox.stray = None;
                 let call = mailbox.calls;
                 mailbox.pending = Some(Pending { call, request_type: request_type.to_string(), reply: tx });
                 call
@@ -241,9 +282,15 @@ impl Socket {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(_)) => Err(Error::Connection { message: format!("no reply to {request_type}: {}", self.closed_reason()) }),
             // `_abandon` records the reply as owed.
-            Err(_) => Err(Error::Timeout {
-                message: format!("no reply to {request_type} within {}", seconds(self.reply_timeout)),
-            }),
+            Err(_) => {
+                let instead = match self.mailbox.lock().stray.take() {
+                    Some(what) => format!("; what came instead: {what}"),
+                    None => String::new(),
+                };
+                Err(Error::Timeout {
+                    message: format!("no reply to {request_type} within {}{instead}", seconds(self.reply_timeout)),
+                })
+            }
         }
     }
 
@@ -251,21 +298,22 @@ impl Socket {
         self.mailbox.lock().closed.clone().unwrap_or_else(|| "the session socket was closed".into())
     }
 
-    /// The close handshake (a close frame, then the server's, within a few seconds), then the
-    /// connection is closed: the reader's half ends with its task and the sink is dropped here,
-    /// so no socket is left half-open (CLOSE-WAIT) for as long as Python keeps the object.
+    /// The close handshake (a close frame, then the server's, both within `CLOSE_WAIT` or the
+    /// reply timeout if shorter), then the connection is closed: the reader's half ends with its
+    /// task and the sink is dropped here, so no socket is left half-open (CLOSE-WAIT) for as long
+    /// as Python keeps the object.
     pub async fn close(&self) {
-        const HANDSHAKE: Duration = Duration::from_secs(5);
+        let deadline = tokio::time::Instant::now() + CLOSE_WAIT.min(self.reply_timeout);
         // Before the close frame goes, so the server's answering close is not taken as the
         // reason; a socket the server closed first keeps the server's reason.
         self.mailbox.lock().closed.get_or_insert_with(|| CLOSED_BY_CALLER.into());
         let sink = self.sink.lock().await.take();
         if let Some(mut sink) = sink {
-            let _ = tokio::time::timeout(HANDSHAKE, sink.send(Message::Close(None))).await;
+            let _ = tokio::time::timeout_at(deadline, sink.send(Message::Close(None))).await;
         }
         let reader = self.reader.lock().take();
         if let Some(mut reader) = reader {
-            if tokio::time::timeout(HANDSHAKE, &mut reader).await.is_err() {
+            if tokio::time::timeout_at(deadline, &mut reader).await.is_err() {
                 reader.abort();
                 // Returns once the task is gone, and its half of the connection with it.
                 let _ = reader.await;
@@ -307,13 +355,39 @@ mod tests {
         rx
     }
 
+    #[tokio::test]
+    async fn close_waits_for_a_server_that_never_answers_the_close_frame_no_longer_than_its_bound() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("ws://{}/v0.5/lens/sessions/lsn-1", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let _ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+            std::future::pending::<()>().await // holds the connection and never reads from it
+        });
+        let base = Some("http://127.0.0.1:9/v0.5".to_string());
+        let config = crate::client::config::ClientConfig::resolve(Some("sk-test".into()), base, |_| None).unwrap();
+        let transport = Transport::new(config).unwrap();
+        let socket = Socket::connect(&transport, &endpoint, Credential::Header).await.unwrap();
+        // From here the clock only moves when every task waits: the close's wait is measured
+        // exactly, in the test's time, not the machine's.
+        tokio::time::pause();
+        let start = tokio::time::Instant::now();
+        socket.close().await;
+        // Tokio's timers fire on the millisecond after their deadline.
+        let bound = CLOSE_WAIT.min(socket.reply_timeout) + Duration::from_millis(1);
+        assert!(start.elapsed() <= bound, "{:?}", start.elapsed());
+        assert!(socket.reader.lock().is_none() && socket.sink.lock().await.is_none());
+    }
+
     #[test]
     fn each_reply_goes_to_the_call_that_asked() {
         let mut mailbox = Mailbox::default();
         let mut rx = waiting(&mut mailbox, "session.read");
-        // A heartbeat answer nobody asked for must not become the read's reply.
+        // A heartbeat answer nobody asked for must not become the read's reply; the read names
+        // it should its own reply never come.
         mailbox.deliver(json!({"type": "session.heartbeat.response", "event_data": null}));
         assert!(rx.try_recv().is_err());
+        assert_eq!(mailbox.stray.as_deref(), Some("a session.heartbeat reply"));
         mailbox.deliver(json!({"type": "session.read.response", "event_data": null}));
         assert_eq!(rx.try_recv().unwrap()["type"], "session.read.response");
 

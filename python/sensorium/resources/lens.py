@@ -222,6 +222,16 @@ class Sessions(Resource):
         from, on that read and on every later one, never ending as if the session had. A context manager (closing it stops reading); an async
         iterator on ``AsyncClient``.
 
+        What cannot be resumed without losing or repeating events raises rather than resumes:
+        a connection lost after handing out events when none had an id (reconnecting would start
+        the stream over and hand them out again: ``APIConnectionError``; open the stream again to
+        read it from the start), or whose last event id holds a control character (a ``Last-Event-ID`` header
+        cannot carry it; a non-ASCII id is sent back as UTF-8). A server's ``retry:`` is waited
+        at most 60 s (as a ``Retry-After`` is). A 200 answer that is not ``text/event-stream``
+        (parameters aside; one without a Content-Type is read as a stream), such as a proxy's
+        sign-in page, and an event larger than 16 MiB raise ``APIResponseValidationError`` at
+        once, naming the Content-Type and quoting the answer's start, or the size.
+
         >>> with client.lens.sessions.stream(sid) as events:  # doctest: +SKIP
         ...     for event in events:
         ...         print(event.type, event.event_data)
@@ -465,7 +475,9 @@ class AsyncEventStream(EventStream):
 
 
 def _scrub(value: Any) -> Any:
-    """A reply with any echoed key replaced (``session.status`` returns the record with it)."""
+    """A reply with any ``api_key`` entry replaced (``session.status`` returns the record with
+    the key, which the core has already taken out of every message; an entry holding another
+    key is hidden too)."""
     if isinstance(value, dict):
         return {k: REDACTED_KEY if k == "api_key" and v is not None else _scrub(v) for k, v in value.items()}
     return value
@@ -509,7 +521,13 @@ def _input_event(event: Any) -> Any:
 class SessionSocket:
     """A lens session's WebSocket (``client.lens.sessions.connect``). Each helper sends one
     request and returns its reply's ``event_data`` (a refusal raises ``LensEventError``);
-    ``send`` returns any request's whole reply. One request is in flight at a time."""
+    ``send`` returns any request's whole reply. One request is in flight at a time.
+
+    A key the server echoes is replaced by ``<redacted>`` wherever it sits in a reply. A message
+    that is no call's reply (not JSON, or answering another request) is dropped, since the
+    platform also sends unsolicited ones; a call whose reply never comes raises
+    ``APITimeoutError`` naming the last such message. Closing (leaving ``with``) waits at most
+    1 s, or the client's timeout if shorter, for the server to answer the close frame."""
 
     _asynchronous = False
 
