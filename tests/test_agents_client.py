@@ -332,6 +332,93 @@ def test_a_record_missing_its_id_is_a_validation_error_keeping_the_answer(call):
         assert json.loads(info.value.body) == {"status": "running", "note": "x" * 5000}, "the whole answer"
 
 
+# A status of the wrong type: 3 is refused, not read as the text "3" (which no wait could end on).
+WRONG_STATUSES = [3, {"state": "completed"}, ["completed"], True]
+
+
+@pytest.mark.parametrize("status", WRONG_STATUSES, ids=repr)
+@pytest.mark.parametrize("resource, path, record", [("instances", "instances", "Agent"), ("evals", "evals", "Eval"),
+                                                    ("optimizations", "optimizations", "Optimization")])
+def test_a_status_of_the_wrong_type_ends_the_wait_naming_it(call, resource, path, record, status):
+    """wait() raised a bare AttributeError ('int' object has no attribute 'lower')."""
+    body = {"id": "x_1", "status": status}
+    table = {f"GET /v0.5/agents/{path}/x_1": ok(body), f"GET /v0.5/agents/{path}/x_1/logs": ok(_logs("job.started"))}
+    with FakeServer(routes(table)) as server:
+        with pytest.raises(APIResponseValidationError) as info:
+            call(server.base_url, lambda c: getattr(c.agents, resource).wait("x_1", timeout=30))
+    assert "'status'" in str(info.value) and record in str(info.value)
+    assert json.loads(info.value.body) == body
+
+
+@pytest.mark.parametrize("status", WRONG_STATUSES, ids=repr)
+def test_is_terminal_refuses_a_status_of_the_wrong_type(status):
+    agent = Agent.from_dict({"id": "agt_1", "status": status})
+    with pytest.raises(APIResponseValidationError, match="'status'") as info:
+        agent.is_terminal
+    assert json.loads(info.value.body) == {"id": "agt_1", "status": status}
+    assert not Agent.from_dict({"id": "agt_1"}).is_terminal, "no status yet is not an end"
+    assert not Agent.from_dict({"id": "agt_1", "status": "brand-new-state"}).is_terminal
+
+
+@pytest.mark.parametrize("error, text", [
+    ({"code": "oom", "message": "CUDA out of memory"}, "CUDA out of memory"),
+    ([{"code": "oom", "message": None}], "oom"),
+    (5, "5"),
+])
+def test_a_failed_runs_error_of_another_shape_reads_as_its_message(call, error, text):
+    table = {"GET /v0.5/agents/instances/agt_1": ok({**AGENT, "status": "failed", "error": error}),
+             "GET /v0.5/agents/instances/agt_1/logs": ok(_logs("job.started"))}
+    with FakeServer(routes(table)) as server:
+        with pytest.raises(AgentRunError) as info:
+            call(server.base_url, lambda c: c.agents.instances.wait("agt_1", timeout=30))
+    assert info.value.error == text and str(info.value) == f"agent agt_1 failed: {text}"
+
+
+@pytest.mark.parametrize("logs", [
+    {"data": None, "has_more": False}, None, {"data": [None, 5]}, {"data": 5}, {"data": {"rows": []}}, "logs",
+    {"data": [{"id": "log_1", "event_type": ["job.completed"], "message": {"text": "x"}}]},
+], ids=repr)
+def test_a_logs_feed_of_odd_shapes_leaves_the_wait_to_the_status(call, logs):
+    """`data: null` in the logs answer raised TypeError out of wait(); any answer of the wrong
+    shape is now a logs feed that failed: the wait goes on from the record's status."""
+    reads = {"record": 0}
+
+    def record() -> bytes:
+        reads["record"] += 1
+        status = "running" if reads["record"] < 2 else "completed"
+        return response(200, json.dumps({**AGENT, "status": status}).encode())
+
+    table = {"GET /v0.5/agents/instances/agt_1": record, "GET /v0.5/agents/instances/agt_1/logs": ok(logs)}
+    with FakeServer(routes(table)) as server:
+        agent = call(server.base_url, lambda c: c.agents.instances.wait("agt_1", timeout=60))
+    assert agent.status == "completed" and reads["record"] == 2
+
+
+@pytest.mark.parametrize("value", [None, 12345, {"value": "agt_1"}])
+def test_a_run_answered_without_a_usable_id_is_refused_saying_it_may_have_started(call, value):
+    """`bundles.run` answered `id: null` returned Agent(id=None), and the next call blamed the
+    caller's argument. The POST is not sent again: the platform said it ran."""
+    table = {"POST /v0.5/agents/bundles/bnd_1/run": ok({"id": value, "status": "running", "bundle_id": "bnd_1"})}
+    with FakeServer(routes(table)) as server:
+        with pytest.raises(APIResponseValidationError) as info:
+            call(server.base_url, lambda c: c.agents.bundles.run("bnd_1", "a.csv"))
+        assert len(server.requests) == 1
+    message = str(info.value)
+    assert "'id'" in message and "Agent" in message and "may have" in message
+    # A missing id reads the same way.
+    table = {"POST /v0.5/agents/bundles/bnd_1/run": ok({"status": "running"})}
+    with FakeServer(routes(table)) as server:
+        with pytest.raises(APIResponseValidationError) as info:
+            call(server.base_url, lambda c: c.agents.bundles.run("bnd_1", "a.csv"))
+    assert "'id'" in str(info.value) and "may have" in str(info.value)
+    # A read changes nothing: no such note.
+    table = {"GET /v0.5/agents/instances/agt_1": ok({"id": value, "status": "running"})}
+    with FakeServer(routes(table)) as server:
+        with pytest.raises(APIResponseValidationError) as info:
+            call(server.base_url, lambda c: c.agents.instances.get("agt_1"))
+    assert "'id'" in str(info.value) and "may have" not in str(info.value)
+
+
 def test_download_results_follows_presigned_urls_without_the_key(call, tmp_path):
     from urllib.parse import urlsplit as split
 

@@ -15,7 +15,13 @@ import pytest
 import sensorium
 from _fake_server import FakeServer, response
 from _helpers import run_on
-from sensorium.errors import ConflictError, InvalidArgumentError, JobFailedError, NotFoundError
+from sensorium.errors import (
+    APIResponseValidationError,
+    ConflictError,
+    InvalidArgumentError,
+    JobFailedError,
+    NotFoundError,
+)
 from sensorium.types import BatchEvent, BatchJob, Checkpoint, FileRecord
 
 JOB = {"id": "job_1", "name": "line 3", "pipeline_type": "batch", "pipeline_key": "machine-state-classification",
@@ -87,6 +93,48 @@ def test_one_pager_reads_both_list_styles(call):
             got = call(server.base_url, lambda c: c.batch.jobs.events("job_1"))
         assert [e.message for e in got] == ["m0", "m1", "m2", "m3", "m4"], style.__name__
         assert all(isinstance(e, BatchEvent) for e in got)
+
+
+def test_an_offset_style_page_with_its_counts_as_text_keeps_its_style(call):
+    """`total: "5", offset: "0"` lost the offset style: the list ended after its first page."""
+    events = [{"id": i, "event_type": "inference.success", "message": f"m{i}"} for i in range(5)]
+
+    def offset_style(q: dict[str, list[str]]) -> Any:
+        offset = int(q.get("offset", ["0"])[0])
+        return 200, {"job_id": "job_1", "total": "5", "offset": str(offset), "limit": 2,
+                     "events": events[offset:offset + 2]}
+
+    with FakeServer(routes({"GET /v0.5/batch/jobs/job_1/events": offset_style})) as server:
+        got = call(server.base_url, lambda c: c.batch.jobs.events("job_1"))
+    assert [e.message for e in got] == ["m0", "m1", "m2", "m3", "m4"]
+
+
+@pytest.mark.parametrize("total, offset", [("five", 0), (5, "-1"), (5, 1.5), (5, [0]), (True, 0)])
+def test_an_offset_style_page_with_counts_of_the_wrong_type_is_refused(call, total, offset):
+    page = {"job_id": "job_1", "total": total, "offset": offset, "limit": 2, "events": [{"id": 1}]}
+    with FakeServer(routes({"GET /v0.5/batch/jobs/job_1/events": lambda q: (200, page)})) as server:
+        with pytest.raises(APIResponseValidationError, match="total|offset"):
+            call(server.base_url, lambda c: c.batch.jobs.events("job_1"))
+
+
+def test_items_with_whole_number_ids_are_given_once_in_either_style(call):
+    """Batch events have whole-number ids: an offset-style list that grew while walked (an event
+    moving down past a page boundary), or a cursor page repeating one, gave them twice."""
+    def offset_style(q: dict[str, list[str]]) -> Any:
+        offset = int(q.get("offset", ["0"])[0])
+        ids = {0: [0, 1], 2: [1, 2], 4: [3]}[offset]  # 1 moved down into the second page
+        return 200, {"total": 5, "offset": offset, "limit": 2, "events": [{"id": i, "message": f"m{i}"} for i in ids]}
+
+    def cursor_style(q: dict[str, list[str]]) -> Any:
+        start = int(q.get("cursor", ["0"])[0])
+        ids = {0: [0, 1], 2: [1, 2, 3]}[start]
+        return 200, {"data": [{"id": i, "message": f"m{i}"} for i in ids], "has_more": start == 0,
+                     "next_cursor": "2" if start == 0 else None}
+
+    for style in (offset_style, cursor_style):
+        with FakeServer(routes({"GET /v0.5/batch/jobs/job_1/events": style})) as server:
+            got = call(server.base_url, lambda c: c.batch.jobs.events("job_1"))
+        assert [e.id for e in got] == [0, 1, 2, 3], style.__name__
 
 
 def test_wait_raises_for_a_failed_job_and_warns_for_failed_inputs(call):

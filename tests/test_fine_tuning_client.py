@@ -332,6 +332,88 @@ def test_a_page_with_more_and_no_way_on_is_refused_not_taken_as_the_end(call):
             call(server.base_url, lambda c: c.files.list())
 
 
+@pytest.mark.parametrize("more, pages", [("false", 1), ("False", 1), ("true", 2)])
+def test_a_fine_tuning_page_with_has_more_as_text_reads_as_the_boolean_it_spells(call, more, pages):
+    """`has_more: "false"` was read as true (`bool("false")`): the list asked for a page that
+    does not exist."""
+    first = {"object": "list", "data": [{"id": "ev_2"}, {"id": "ev_1"}], "has_more": more}
+    answers = iter([first, {"object": "list", "data": [{"id": "ev_0"}], "has_more": False}])
+    with FakeServer(routes({"GET /v0.6/fine_tuning/jobs/ftj_1/events": lambda: next(answers)})) as server:
+        events = call(server.base_url, lambda c: c.fine_tuning.jobs.events("ftj_1"))
+        assert len(server.requests) == pages
+    assert [e.id for e in events] == ["ev_2", "ev_1", "ev_0"][:pages + 1]
+
+
+@pytest.mark.parametrize("more", [1, "no", ["false"]])
+def test_a_fine_tuning_page_whose_has_more_is_no_boolean_is_refused(call, more):
+    page = {"object": "list", "data": [{"id": "ev_2"}], "has_more": more}
+    with FakeServer(routes({"GET /v0.6/fine_tuning/jobs/ftj_1/events": lambda: page})) as server:
+        with pytest.raises(APIResponseValidationError, match="has_more"):
+            call(server.base_url, lambda c: c.fine_tuning.jobs.events("ftj_1"))
+
+
+# The two job waits (fine-tuning and batch) read status and errors alike.
+JOB_WAITS = [
+    pytest.param(lambda c: c.fine_tuning.jobs.wait("x_1", timeout=30), "/v0.6/fine_tuning/jobs/x_1", "FineTuningJob",
+                 id="fine_tuning"),
+    pytest.param(lambda c: c.batch.jobs.wait("x_1", timeout=30), "/v0.5/batch/jobs/x_1", "BatchJob", id="batch"),
+]
+
+
+@pytest.mark.parametrize("status", [3, {"state": "COMPLETED"}, ["COMPLETED"], True], ids=repr)
+@pytest.mark.parametrize("wait, path, record", JOB_WAITS)
+def test_a_job_status_of_the_wrong_type_ends_the_wait_naming_it(call, wait, path, record, status):
+    """wait() raised a bare AttributeError ('int' object has no attribute 'upper')."""
+    body = {"id": "x_1", "status": status}
+    with FakeServer(routes({f"GET {path}": lambda: body})) as server:
+        with pytest.raises(APIResponseValidationError) as info:
+            call(server.base_url, wait)
+    assert "'status'" in str(info.value) and record in str(info.value)
+    assert json.loads(info.value.body) == body
+
+
+def test_is_finished_refuses_a_status_of_the_wrong_type():
+    with pytest.raises(APIResponseValidationError, match="'status'"):
+        FineTuningJob.from_dict({**JOB, "status": 3}).is_finished
+    assert not FineTuningJob.from_dict({**JOB, "status": None}).is_finished
+    assert FineTuningJob.from_dict({**JOB, "status": "succeeded"}).is_finished
+
+
+@pytest.mark.parametrize("errors, texts", [
+    ([{"code": "oom", "message": "CUDA out of memory"}, {"code": "x", "message": "then this"}],
+     ["CUDA out of memory", "then this"]),
+    ({"code": "oom", "message": "CUDA out of memory", "error_uid": "err-1"}, ["CUDA out of memory"]),
+    ("CUDA out of memory", ["CUDA out of memory"]),
+    (["CUDA out of memory", "retry later"], ["CUDA out of memory", "retry later"]),
+    ([{"code": "oom", "message": None}], ["oom"]),
+    ([{"code": "oom", "message": ""}], ["oom"]),
+    (5, ["5"]),
+    (None, []),
+    ([], []),
+], ids=repr)
+@pytest.mark.parametrize("wait, path, record", JOB_WAITS)
+def test_a_failed_jobs_errors_read_in_every_shape(call, wait, path, record, errors, texts):
+    """One error object gave "code; message" (its keys), a string was split into its characters,
+    a number raised TypeError, and a batch error with `message: null` read "None"."""
+    body = {"id": "x_1", "status": "FAILED", "errors": errors}
+    with FakeServer(routes({f"GET {path}": lambda: body})) as server:
+        with pytest.raises(JobFailedError) as info:
+            call(server.base_url, wait)
+    assert info.value.errors == texts
+    assert str(info.value).endswith(f"failed: {'; '.join(texts) or '(no error given)'}")
+
+
+@pytest.mark.parametrize("wait, path, record", JOB_WAITS)
+def test_an_error_of_no_known_shape_is_shown_bounded(call, wait, path, record):
+    body = {"id": "x_1", "status": "FAILED", "errors": [{"detail": "x" * 100_000}, [1, 2]]}
+    with FakeServer(routes({f"GET {path}": lambda: body})) as server:
+        with pytest.raises(JobFailedError) as info:
+            call(server.base_url, wait)
+    first, second = info.value.errors
+    assert first.startswith('{"detail": "xxx') and len(first) < 1000
+    assert second == "[1, 2]" and len(str(info.value)) < 2000
+
+
 def test_metrics_convert_with_to_pandas(call):
     """Issue 7: "fine-tuning metrics ... convert with `.to_pandas()`"; metrics() was a plain list."""
     rows = {"data": [{"step": 1, "loss": 0.9}, {"step": 2, "loss": 0.4}], "has_more": False}

@@ -139,22 +139,29 @@ def test_a_record_missing_its_id_keeps_the_answer_without_the_key(call):
     assert json.loads(info.value.body) == {"status": "running", "error": "saw <redacted>"}
 
 
-def test_every_record_missing_a_required_field_is_a_validation_error():
-    """Records built from a 200 without their id (or a node without its key) raised a bare
-    TypeError from the dataclass constructor."""
+def _required_fields() -> list[tuple[str, Any, list[str]]]:
+    """``(name, class, required field names)`` of every record class with required fields."""
     import dataclasses
 
     from sensorium import types
 
-    checked = set()
+    found = []
     for name in types.__all__:
         cls = getattr(types, name)
         if not (dataclasses.is_dataclass(cls) and hasattr(cls, "from_dict")):
             continue
         required = [f.name for f in dataclasses.fields(cls)
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-        if not required:
-            continue
+        if required:
+            found.append((name, cls, required))
+    return found
+
+
+def test_every_record_missing_a_required_field_is_a_validation_error():
+    """Records built from a 200 without their id (or a node without its key) raised a bare
+    TypeError from the dataclass constructor."""
+    checked = set()
+    for name, cls, required in _required_fields():
         answer_body = {"status": "x", "brand_new": [1]}
         with pytest.raises(APIResponseValidationError) as info:
             cls.from_dict(answer_body)
@@ -408,3 +415,106 @@ def test_an_answer_that_is_not_json_names_what_it_came_as(call, headers, says):
     with FakeServer(lambda head: [raw]) as server:
         with pytest.raises(APIResponseValidationError, match=re.escape(says)):
             call(server.base_url, lambda c: c.agents.bundles.get("bnd_1"))
+
+
+def _cursor_server(page: Callable[[str | None, int], dict[str, Any]]) -> tuple[FakeServer, list[bytes]]:
+    """A server answering ``GET ...?after=<cursor>`` with ``page(cursor, request_number)``."""
+    heads: list[bytes] = []
+
+    def script(head: bytes) -> list[Any]:
+        heads.append(head)
+        target = head.split(b" ")[1].decode()
+        after = target.split("after=")[1].split("&")[0] if "after=" in target else None
+        return [response(200, json.dumps(page(after, len(heads))).encode())]
+
+    return FakeServer(script), heads
+
+
+@pytest.mark.parametrize("more", ["true", "True", "TRUE"])
+def test_a_has_more_written_as_text_is_read_as_the_boolean_it_spells(call, more):
+    """`has_more: "true"` was read as false: the list ended after its first page, silently short."""
+    def page(after: str | None, _: int) -> dict[str, Any]:
+        if after is None:
+            return {"data": [{"file_id": "a.txt"}, {"file_id": "b.txt"}], "has_more": more, "next_cursor": "c2"}
+        return {"data": [{"file_id": "c.txt"}], "has_more": "false", "next_cursor": None}
+
+    server, heads = _cursor_server(page)
+    with server:
+        files = call(server.base_url, lambda c: c.files.list())
+    assert [f.file_id for f in files] == ["a.txt", "b.txt", "c.txt"] and len(heads) == 2
+
+
+@pytest.mark.parametrize("more", [1, "yes", [True], {"value": True}])
+def test_a_has_more_that_is_no_boolean_is_refused_not_read_as_the_end(call, more):
+    def page(after: str | None, _: int) -> dict[str, Any]:
+        return {"data": [{"file_id": "a.txt"}], "has_more": more, "next_cursor": "c2"}
+
+    server, _ = _cursor_server(page)
+    with server:
+        with pytest.raises(APIResponseValidationError, match="has_more"):
+            call(server.base_url, lambda c: c.files.list())
+
+
+def test_items_a_cursor_page_repeats_are_given_once(call):
+    """Offset-style walks skipped the ids they had given; a cursor-style page repeating the page
+    before it handed its items out twice. Items without an id cannot be told apart: all kept."""
+    pages = {None: (["a", "b"], "c2"), "c2": (["a", "b", "c"], "c3"), "c3": (["c", "d"], None)}
+
+    def page(after: str | None, _: int) -> dict[str, Any]:
+        ids, cursor = pages[after]
+        return {"data": [{"id": i, "event_type": "x"} for i in ids] + [{"message": "no id"}],
+                "has_more": cursor is not None, "next_cursor": cursor}
+
+    server, heads = _cursor_server(page)
+    with server:
+        lines = call(server.base_url, lambda c: c.agents.instances.logs("agt_1"))
+    assert [line.id for line in lines] == ["a", "b", None, "c", None, "d", None] and len(heads) == 3
+
+
+def test_a_list_of_empty_pages_without_end_is_refused_after_a_bound(call):
+    """A server answering empty pages with has_more and a new cursor for ever was polled in a
+    tight loop (2,000 requests in 5 s). The fake server ends the list after 2,000 pages, so a
+    client that follows it fails this test with a wrong answer instead of hanging."""
+    from sensorium.pagination import EMPTY_PAGES_IN_A_ROW
+
+    def page(after: str | None, number: int) -> dict[str, Any]:
+        more = number < 2000
+        return {"data": [], "has_more": more, "next_cursor": f"c{number}" if more else None}
+
+    server, heads = _cursor_server(page)
+    with server:
+        with pytest.raises(APIResponseValidationError, match="empty pages") as info:
+            call(server.base_url, lambda c: c.files.list())
+    assert len(heads) == EMPTY_PAGES_IN_A_ROW and str(EMPTY_PAGES_IN_A_ROW) in str(info.value)
+
+
+def test_a_few_empty_pages_between_items_do_not_end_the_list(call):
+    from sensorium.pagination import EMPTY_PAGES_IN_A_ROW
+
+    def page(after: str | None, number: int) -> dict[str, Any]:
+        # Runs of empty pages just short of the bound, each run followed by one item.
+        last = 3 * EMPTY_PAGES_IN_A_ROW
+        items = [{"file_id": f"{number}.txt"}] if number % EMPTY_PAGES_IN_A_ROW == 0 else []
+        return {"data": items, "has_more": number < last, "next_cursor": f"c{number}" if number < last else None}
+
+    server, _ = _cursor_server(page)
+    with server:
+        files = call(server.base_url, lambda c: c.files.list())
+    assert len(files) == 3
+
+
+@pytest.mark.parametrize("value", [None, 12345, {"value": "agt_1"}, ["agt_1"], True, ""])
+def test_every_record_refuses_a_required_field_of_the_wrong_type(value):
+    """`id: null` (or a number) was taken: `bundles.run` returned `Agent(id=None)`, and the next
+    call blamed the caller's argument for it."""
+    checked = set()
+    for name, cls, required in _required_fields():
+        for field in required:
+            answer_body = {**{f: "ok_1" for f in required}, field: value, "status": "x"}
+            with pytest.raises(APIResponseValidationError) as info:
+                cls.from_dict(answer_body)
+            assert repr(field) in str(info.value) and name in str(info.value)
+            assert json.loads(info.value.body) == answer_body
+            checked.add(name)
+    assert {"Agent", "Bundle", "Node", "BatchJob", "FineTuningJob", "Checkpoint", "FileRecord",
+            "LensSession"} <= checked

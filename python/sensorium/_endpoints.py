@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 from ._progress import ProgressCallback, reporting, run_reported
 from ._secrets import redacted
-from .errors import APIResponseValidationError, InvalidArgumentError, _answer_text
+from .errors import APIResponseValidationError, InvalidArgumentError, _answer_text, _json_kind
 from .pagination import AsyncPager, Page, SyncPager
 
 T = TypeVar("T")
@@ -182,12 +182,12 @@ def query(**params: Any) -> dict[str, Any]:
 
 class _CursorParam:
     """Where a list's next cursor goes: the request's parameter, or ``offset`` once a page came in
-    the older offset style (releases before 1.1.11), so one pager reads both styles. One per walk
-    of a list (see ``SyncPager``'s ``walk``)."""
+    the older offset style (releases before 1.1.11), so one pager reads both styles; and the ids
+    the walk has given. One per walk of a list (see ``SyncPager``'s ``walk``)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._seen: set[str] = set()
+        self._seen: set[str | int] = set()
 
     def params(self, request: ListRequest[Any], cursor: Optional[str]) -> dict[str, Any]:
         params = dict(request.query)
@@ -196,14 +196,17 @@ class _CursorParam:
         return params
 
     def _unseen(self, items: list[Any]) -> list[Any]:
-        """An offset-style page's items less those the walk already gave: when the list grows
+        """A page's items less those the walk already gave. Offset style: when the list grows
         while it is walked, the items at the boundary move down into the next page and would
         come twice. (An item removed meanwhile can still shift one past a boundary unseen: only
-        cursor-style lists, from release 1.1.11, are free of that.)"""
+        cursor-style lists, from release 1.1.11, are free of that.) Cursor style: a server that
+        repeats items of earlier pages (a cursor that lags) would hand them out twice. Only items
+        with an id (a string, or a whole number as batch events have) can be told apart; the rest
+        are all kept. The walk keeps one id per item it gave, far less than the items."""
         fresh = []
         for item in items:
             key = item.get("id") if isinstance(item, dict) else None
-            if isinstance(key, str):
+            if isinstance(key, (str, int)) and not isinstance(key, bool):
                 if key in self._seen:
                     continue
                 self._seen.add(key)
@@ -221,7 +224,7 @@ class _CursorParam:
             raw = {**raw, "data": raw["data"][::-1]}
         if isinstance(raw, dict) and raw.get("next_param"):
             self.name = str(raw["next_param"])
-        if self.name == "offset" and isinstance(raw, dict) and isinstance(raw.get("data"), list):
+        if isinstance(raw, dict) and isinstance(raw.get("data"), list):
             raw = {**raw, "data": self._unseen(raw["data"])}
         return Page.from_raw(raw, request.item)
 
@@ -243,22 +246,43 @@ def _item_cursor_page(raw: Any, direction: str) -> dict[str, Any]:
     if not cursor and data:
         edge = data[0] if direction == "before" else data[-1]
         cursor = edge.get("id") if isinstance(edge, dict) else None
-    has_more = bool(raw.get("has_more"))
+    has_more = _has_more(raw)
     if has_more and not (isinstance(cursor, str) and cursor):
         raise APIResponseValidationError("the page says has_more but gives no next_cursor, nor an item id to go on "
                                          "from, so the rest of the list cannot be read", body=repr(raw)[:2000])
     return {"data": data, "has_more": has_more, "next_cursor": cursor if has_more else None}
 
 
-def _read(build: Callable[[Any], T], raw: Any, redact: Callable[[str], str]) -> T:
+def _has_more(raw: dict[str, Any]) -> bool:
+    """A fine-tuning page's ``has_more``, read as the core reads a page's (the wire notes: be
+    liberal in what you accept): a boolean, or the text ``"true"``/``"false"`` in any case;
+    absent or null is false (a page without it is the whole list). Anything else is refused:
+    read as either, it would end the list short or ask for pages that do not exist."""
+    more = raw.get("has_more")
+    if more is None or isinstance(more, bool):
+        return bool(more)
+    if isinstance(more, str) and more.lower() in ("true", "false"):
+        return more.lower() == "true"
+    raise APIResponseValidationError(f"the page's has_more is {_json_kind(more)} ({more!r:.40}), not true or false",
+                                     body=_answer_text(raw))
+
+
+def _read(build: Callable[[Any], T], raw: Any, redact: Callable[[str], str],
+          request: Optional[Request[Any]] = None) -> T:
     """``build(raw)``. An answer of the wrong shape raises ``APIResponseValidationError`` with the
     whole answer as its ``body`` (a record or page knows only its own part). The core took the
     client's key out of the answer on arrival; both are redacted again all the same, since an
-    exception is the one place the house rules most need it kept out of."""
+    exception is the one place the house rules most need it kept out of. For a ``request`` that
+    is not sent again (a POST that creates or starts something), the message says that the
+    platform answered it with success: it may well have done it, whatever the answer lacks."""
     try:
         return build(raw)
     except APIResponseValidationError as wrong:
-        raise APIResponseValidationError(redact(wrong.message), body=redact(_answer_text(raw))) from None
+        message = wrong.message
+        if request is not None and request.method == "POST" and not request.repeatable:
+            message += (f"; the platform answered the POST {request.path} with success, so it may have carried it "
+                        "out: check (list or get what it makes) before calling again")
+        raise APIResponseValidationError(redact(message), body=redact(_answer_text(raw))) from None
 
 
 class _HasCore(Protocol):
@@ -289,7 +313,7 @@ class SyncRunner:
         core = self._core()
         raw = core.request(request.method, request.surface, request.path, dict(request.query), request.body,
                            False, False, _within(request.deadline), request.repeatable, dict(request.renamed))
-        return _read(request.cast, raw, core.redact)
+        return _read(request.cast, raw, core.redact, request)
 
     def pager(self, request: ListRequest[T], deadline: Optional[float] = None) -> SyncPager[T]:
         def walk() -> Callable[[Optional[str]], Page[T]]:
@@ -366,7 +390,7 @@ class AsyncRunner:
         raw = await core.request(request.method, request.surface, request.path, dict(request.query),
                                  request.body, False, True, _within(request.deadline), request.repeatable,
                                  dict(request.renamed))
-        return _read(request.cast, raw, core.redact)
+        return _read(request.cast, raw, core.redact, request)
 
     def pager(self, request: ListRequest[T], deadline: Optional[float] = None) -> AsyncPager[T]:
         def walk() -> Callable[[Optional[str]], Awaitable[Page[T]]]:

@@ -24,8 +24,9 @@ from .errors import (
     InvalidArgumentError,
     SensoriumError,
     WaitTimeoutError,
+    _answer_text,
 )
-from .types import TERMINAL_STATUSES, AgentLog
+from .types import TERMINAL_STATUSES, AgentLog, record_status
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -58,21 +59,55 @@ GIVE_UP_AFTER_FAILING_FOR = 300.0
 _log = logging.getLogger("sensorium")
 
 
+# How much of an error entry of no known shape a failure's message shows.
+ERROR_TEXT_CHARS = 300
+
+
 def agent_status(record: Any) -> str:
     """The status word of an agent-family record: ``completed``, ``failed``, ``canceled`` (both
-    spellings) or whatever non-terminal word it carries."""
-    status = (getattr(record, "status", None) or "").lower()
+    spellings) or whatever non-terminal word it carries; a status that is no string raises
+    ``APIResponseValidationError`` (``record_status``)."""
+    status = record_status(record).lower()
     return "canceled" if status == "cancelled" else status
 
 
+def error_texts(errors: Any) -> list[str]:
+    """The texts of a failed record's errors, whatever shape they came in: the spec's list of
+    error objects (each its ``message``, else its ``code``); one bare error object (the spec's
+    Errors section: fine-tuning and some batch errors come without the list); a string; a list
+    of strings. Anything else (a number, an object with neither field) is its JSON, cut to
+    ``ERROR_TEXT_CHARS``. Nothing (null, empty) gives no texts."""
+    entries = errors if isinstance(errors, list) else [errors]
+    texts = []
+    for entry in entries:
+        if isinstance(entry, dict):
+            said = next((entry[k] for k in ("message", "code") if isinstance(entry.get(k), str) and entry[k]), None)
+            if said is not None:
+                texts.append(said)
+                continue
+        if isinstance(entry, str):
+            text = entry
+        elif entry is None or entry == {} or entry == []:
+            continue
+        else:
+            text = _answer_text(entry)
+            if len(text) > ERROR_TEXT_CHARS:
+                text = text[:ERROR_TEXT_CHARS] + "…"
+        if text:
+            texts.append(text)
+    return texts
+
+
 def agent_failure(record: Any, logs: list[AgentLog], what: str) -> SensoriumError:
-    error = getattr(record, "error", None) or next(
-        (log.message for log in logs if log.event_type == "job.failed" and log.message), None)
+    error = "; ".join(error_texts(getattr(record, "error", None))) or next(
+        (log.message for log in logs if log.event_type == "job.failed" and isinstance(log.message, str)
+         and log.message), None)
     return AgentRunError(f"{what} failed: {error or '(no error given)'}", agent=record, error=error, logs=logs)
 
 
 def _terminal_line(logs: list[AgentLog]) -> Optional[AgentLog]:
-    return next((log for log in logs if log.event_type in TERMINAL_EVENTS), None)
+    # A line's event_type of another type (a list would not even hash) is no terminal event.
+    return next((log for log in logs if isinstance(log.event_type, str) and log.event_type in TERMINAL_EVENTS), None)
 
 
 def ended_in(logs: list[AgentLog]) -> Optional[str]:

@@ -456,6 +456,18 @@ class APIResponseValidationError(APIError):
         self.body = body
 
 
+def _json_kind(value: Any) -> str:
+    """What JSON value ``value`` is, as the core's messages name it: ``None``, ``a boolean``,
+    ``an integer``, ``a float``, ``a string``, ``a list``, ``a dict``."""
+    if value is None:
+        return "None"
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+                       (list, "a list"), (dict, "a dict")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
 def _answer_text(data: Any) -> str:
     """A parsed answer as JSON text again (the whole of it, for ``APIResponseValidationError.body``)."""
     try:

@@ -19,6 +19,13 @@ T = TypeVar("T")
 
 __all__ = ["Page", "SyncPager", "AsyncPager", "Rows"]
 
+# A walk that meets this many empty pages in a row, each saying has_more, is refused. A server
+# may give an empty page with more to come now and then (a page whose items were all filtered
+# out after it was cut, or all given already); a hundred in a row, a hundred requests that
+# brought nothing, is a list that never ends, which would otherwise be polled as fast as the
+# server answers, for ever. The bound is high enough that no list still being read meets it.
+EMPTY_PAGES_IN_A_ROW = 100
+
 
 @dataclass(frozen=True)
 class Page(Generic[T]):
@@ -40,18 +47,30 @@ class Page(Generic[T]):
 
 
 class _Cursors:
-    """The cursors one walk of a list has used. A page that gives one of them again as its next
-    would have the walk go round for ever (a server that repeats its own next_cursor, or cycles):
-    that page is refused. The core refuses a page with has_more and no cursor; this is the check
-    that needs the pages before it, so it lives with the walk, which both pagers share."""
+    """The cursors one walk of a list has used, and how many empty pages it has met in a row. A
+    page that gives a used cursor again as its next would have the walk go round for ever (a
+    server that repeats its own next_cursor, or cycles), and so would one that gives new cursors
+    to empty pages without end: either is refused. The core refuses a page with has_more and no
+    cursor; these are the checks that need the pages before it, so they live with the walk,
+    which both pagers share."""
 
     def __init__(self, start: str | None) -> None:
         self._used = {start} if start is not None else set()
+        self._empty = 0
 
-    def next(self, cursor: str) -> str:
+    def next(self, page: Page[Any]) -> str | None:
+        """The cursor to follow after ``page``, or ``None`` at the end of the list."""
+        if not page.has_more or not page.next_cursor:
+            return None
+        from .errors import APIResponseValidationError
+
+        cursor = page.next_cursor
+        self._empty = 0 if page.data else self._empty + 1
+        if self._empty >= EMPTY_PAGES_IN_A_ROW:
+            raise APIResponseValidationError(
+                f"the list gave {self._empty} empty pages in a row, each saying it has more, so it would give empty "
+                f"pages without end (the last pointed on to {cursor!r:.80}); the rest of the list cannot be read")
         if cursor in self._used:
-            from .errors import APIResponseValidationError
-
             raise APIResponseValidationError(
                 f"the list gave the cursor {cursor!r:.80} again after it had been followed, so the walk would "
                 "never end; the rest of the list cannot be read")
@@ -67,7 +86,10 @@ def _pager_repr(pager: Any, source: str | None) -> str:
 
 
 class SyncPager(Generic[T]):
-    """Iterates every item of a list, fetching the next page only when needed."""
+    """Iterates every item of a list, fetching the next page only when needed. Each item with an
+    ``id`` comes once per walk, even when a page repeats items an earlier page gave. A list that
+    cannot end is ``APIResponseValidationError``, not a walk for ever: a cursor given again, or
+    ``EMPTY_PAGES_IN_A_ROW`` empty pages in a row that each say ``has_more``."""
 
     def __init__(self, fetch: Callable[[str | None], Page[T]], cursor: str | None = None, *,
                  walk: Callable[[], Callable[[str | None], Page[T]]] | None = None,
@@ -96,9 +118,9 @@ class SyncPager(Generic[T]):
         while True:
             page = fetch(cursor)
             yield page
-            if not page.has_more or not page.next_cursor:
+            cursor = used.next(page)
+            if cursor is None:
                 return
-            cursor = used.next(page.next_cursor)
 
     def __iter__(self) -> Iterator[T]:
         for page in self.pages():
@@ -114,7 +136,8 @@ class SyncPager(Generic[T]):
 
 
 class AsyncPager(Generic[T]):
-    """``async for`` over every item of a list, fetching pages lazily."""
+    """``async for`` over every item of a list, fetching pages lazily; it reads pages as
+    :class:`SyncPager` does."""
 
     def __init__(self, fetch: Callable[[str | None], Awaitable[Page[T]]], cursor: str | None = None, *,
                  walk: Callable[[], Callable[[str | None], Awaitable[Page[T]]]] | None = None,
@@ -143,9 +166,9 @@ class AsyncPager(Generic[T]):
         while True:
             page = await fetch(cursor)
             yield page
-            if not page.has_more or not page.next_cursor:
+            cursor = used.next(page)
+            if cursor is None:
                 return
-            cursor = used.next(page.next_cursor)
 
     async def __aiter__(self) -> AsyncIterator[T]:
         async for page in self.pages():

@@ -12,6 +12,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, ClassVar, Iterable, Optional, Sequence, TypedDict, TypeVar
 
 from ._core import Embeddings, NumericEvent, QueryResult, StreamEvent
+from .errors import APIResponseValidationError, _answer_text, _json_kind
 
 __all__ = [
     "QueryResult", "Embeddings", "NumericEvent", "FileRecord", "Model", "QueryParams",
@@ -24,22 +25,33 @@ __all__ = [
 R = TypeVar("R", bound="_Record")
 
 
-_FIELD_NAMES: dict[type, tuple[frozenset[str], frozenset[str]]] = {}
+_FIELD_NAMES: dict[type, tuple[frozenset[str], frozenset[str], tuple[str, ...]]] = {}
 
 
-def _field_names(cls: type) -> tuple[frozenset[str], frozenset[str]]:
-    """A record class's field names and the required ones among them (no default), computed
-    once per class (lists build thousands of records)."""
+def _field_names(cls: type) -> tuple[frozenset[str], frozenset[str], tuple[str, ...]]:
+    """A record class's field names, the required ones among them (no default), and the required
+    ones typed ``str`` (the ids and keys), computed once per class (lists build thousands of
+    records)."""
     names = _FIELD_NAMES.get(cls)
     if names is None:
         known = [f for f in fields(cls) if f.name not in ("extra", "_raw")]
-        required = [f.name for f in known if f.default is MISSING and f.default_factory is MISSING]
-        names = _FIELD_NAMES[cls] = frozenset(f.name for f in known), frozenset(required)
+        required = [f for f in known if f.default is MISSING and f.default_factory is MISSING]
+        # `from __future__ import annotations` leaves each type as its source text.
+        texts = tuple(f.name for f in required if f.type in ("str", str))
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in known), frozenset(f.name for f in required), texts
     return names
 
 
 def _a(name: str) -> str:
     return f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
+
+
+def _wrong_field(record: str, name: str, wanted: str, value: Any, answer: Any) -> APIResponseValidationError:
+    """The error for a record whose field ``name`` is not ``wanted`` (worded as a missing field's
+    is), keeping the whole ``answer``."""
+    got = "an empty string" if value == "" else _json_kind(value) + ("" if value is None else f" ({value!r:.80})")
+    return APIResponseValidationError(f"expected {_a(record)} record with {name!r} {wanted}, got {got} there",
+                                      body=_answer_text(answer))
 
 
 def _frozen(value: Any) -> Any:
@@ -76,21 +88,23 @@ class _Record:
     @classmethod
     def from_dict(cls: type[R], data: dict[str, Any]) -> R:
         if not isinstance(data, dict):
-            from .errors import APIResponseValidationError, _answer_text
-
             raise APIResponseValidationError(
                 f"expected {_a(cls.__name__)} record (a JSON object), got {type(data).__name__}", body=_answer_text(data)
             )
-        names, required = _field_names(cls)
+        names, required, texts = _field_names(cls)
         missing = sorted(required.difference(data))
         if missing:
             # Not the constructor's bare TypeError: the answer is what is wrong, and it is kept.
-            from .errors import APIResponseValidationError, _answer_text
-
             fields_given = ", ".join(sorted(map(str, data))[:20]) or "none"
             raise APIResponseValidationError(
                 f"expected {_a(cls.__name__)} record with {', '.join(map(repr, missing))}, got an object without "
                 f"{'it' if len(missing) == 1 else 'them'} (fields: {fields_given})", body=_answer_text(data))
+        for name in texts:
+            # An id (or key) that is null, a number or empty names nothing: taken, the record's
+            # next call would refuse it as if the caller had passed it.
+            value = data[name]
+            if not isinstance(value, str) or not value:
+                raise _wrong_field(cls.__name__, name, "a non-empty string", value, data)
         known = {k: v for k, v in data.items() if k in names}
         for name, build in cls._nested.items():
             if isinstance(known.get(name), list):
@@ -264,12 +278,28 @@ class Agent(_Record):
 
     @property
     def is_terminal(self) -> bool:
-        """Whether the run has ended (completed, failed, canceled or cancelled)."""
-        return (self.status or "").lower() in TERMINAL_STATUSES
+        """Whether the run has ended (completed, failed, canceled or cancelled). A ``status`` that
+        is no string raises ``APIResponseValidationError``."""
+        return record_status(self).lower() in TERMINAL_STATUSES
 
 
 # The terminal words of agents, evaluations and optimizations, both spellings of canceled.
 TERMINAL_STATUSES = frozenset({"completed", "failed", "canceled", "cancelled"})
+
+
+def record_status(record: Any) -> str:
+    """A run's or job's ``status`` as it came, ``""`` when it has none (not known yet: no end).
+    Any word is taken (a newer platform's states are only not terminal), but a status of another
+    type raises ``APIResponseValidationError`` naming the field and the record, with the record's
+    JSON. A number is refused too, not read as its text: these statuses are words (the spec's
+    enums), and ``3`` read as "3" would be a state no wait ends on, so the wait would poll until
+    its timeout (or for ever) without a word of why. (A lens session's numbered states are
+    another field, read by ``lens_session_status``.)"""
+    status = getattr(record, "status", None)
+    if status is None or isinstance(status, str):
+        return status or ""
+    answer = record.to_dict() if isinstance(record, _Record) else {"status": status}
+    raise _wrong_field(type(record).__name__, "status", "a string", status, answer)
 
 
 class _OutputFile:
@@ -410,7 +440,10 @@ class FineTuningJob(_Record):
 
     @property
     def is_finished(self) -> bool:
-        return (self.status or "").upper() in FINISHED_JOB_STATUSES
+        """Whether the job no longer changes (``COMPLETED``, ``SUCCEEDED``, ``FAILED``,
+        ``CANCELLED``, any case). A ``status`` that is no string raises
+        ``APIResponseValidationError``."""
+        return record_status(self).upper() in FINISHED_JOB_STATUSES
 
 
 # Statuses after which a fine-tuning or batch job no longer changes.

@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use super::error::truncate;
 use super::query::json_type;
 use crate::wire::page::CursorPage;
 
@@ -29,23 +30,24 @@ pub fn normalize_page(body: Value) -> Result<CursorPage<Value>, String> {
                 },
             };
             let text = |v: Option<&Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
-            if let (Some(total), Some(offset)) =
-                (map.get("total").and_then(Value::as_u64), map.get("offset").and_then(Value::as_u64))
+            let given = |key: &str| map.get(key).filter(|v| !v.is_null());
+            // The offset style: its counts beside no next_cursor (a cursor page may carry counts).
+            if let (Some(total), Some(offset), false) =
+                (given("total"), given("offset"), map.contains_key("next_cursor"))
             {
-                if !map.contains_key("next_cursor") {
-                    let next = offset.saturating_add(data.len() as u64);
-                    let has_more = !data.is_empty() && next < total;
-                    return Ok(CursorPage {
-                        data,
-                        has_more,
-                        next_cursor: has_more.then(|| next.to_string()),
-                        prev_cursor: None,
-                        offset_style: true,
-                    });
-                }
+                let (total, offset) = (count("total", total)?, count("offset", offset)?);
+                let next = offset.saturating_add(data.len() as u64);
+                let has_more = !data.is_empty() && next < total;
+                return Ok(CursorPage {
+                    data,
+                    has_more,
+                    next_cursor: has_more.then(|| next.to_string()),
+                    prev_cursor: None,
+                    offset_style: true,
+                });
             }
             let next_cursor = text(map.get("next_cursor"));
-            let has_more = map.get("has_more").and_then(Value::as_bool).unwrap_or(false);
+            let has_more = more(map.get("has_more"))?;
             if has_more && next_cursor.is_none() {
                 return Err("the page says has_more but gives no next_cursor, so the rest of the list cannot be \
                             read"
@@ -54,6 +56,36 @@ pub fn normalize_page(body: Value) -> Result<CursorPage<Value>, String> {
             CursorPage { data, has_more, next_cursor, prev_cursor: text(map.get("prev_cursor")), offset_style: false }
         }
         _ => CursorPage::default(),
+    })
+}
+
+/// A page's `has_more`: a boolean, or (be liberal in what you accept, the wire notes say) the
+/// text `"true"`/`"false"` in any case; absent or null is false (a page without it is the whole
+/// list). Anything else is refused: read as false it would end the list short without a word,
+/// read as true it would ask for pages that do not exist.
+fn more(value: Option<&Value>) -> Result<bool, String> {
+    match value {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(more)) => Ok(*more),
+        Some(Value::String(text)) if text.eq_ignore_ascii_case("true") => Ok(true),
+        Some(Value::String(text)) if text.eq_ignore_ascii_case("false") => Ok(false),
+        Some(other) => Err(format!("the page's has_more is {} ({}), not true or false", json_type(other),
+                                   truncate(&other.to_string(), 40))),
+    }
+}
+
+/// An offset-style page's `total` or `offset`: a whole number, or one written as text (`"5"`),
+/// read liberally as `has_more` is. Anything else is refused: the page could not be placed in
+/// the list, and read as a cursor-style page it would end the list after it.
+fn count(name: &str, value: &Value) -> Result<u64, String> {
+    let read = match value {
+        Value::Number(number) => number.as_u64(),
+        Value::String(text) => text.trim().parse::<u64>().ok(),
+        _ => None,
+    };
+    read.ok_or_else(|| {
+        format!("the offset-style page's {name} is {} ({}), not a whole number", json_type(value),
+                truncate(&value.to_string(), 40))
     })
 }
 
@@ -141,6 +173,35 @@ mod tests {
         ] {
             assert!(normalize_page(body.clone()).is_err(), "{body}");
         }
+    }
+
+    #[test]
+    fn has_more_written_as_text_reads_as_its_boolean_and_anything_else_is_refused() {
+        for (more, expected) in [(json!("true"), true), (json!("True"), true), (json!("false"), false),
+                                 (json!("FALSE"), false), (json!(null), false), (json!(true), true)] {
+            let p = page(json!({"data": [1], "has_more": more.clone(), "next_cursor": "c2"}));
+            assert_eq!(p.has_more, expected, "{more}");
+        }
+        for more in [json!(1), json!("yes"), json!([true]), json!({"v": true}), json!("")] {
+            let refused = normalize_page(json!({"data": [1], "has_more": more.clone(), "next_cursor": "c2"}))
+                .expect_err("read as false, the rest of the list would be lost");
+            assert!(refused.contains("has_more"), "{refused}: {more}");
+        }
+    }
+
+    #[test]
+    fn offset_counts_written_as_text_keep_the_offset_style() {
+        let p = page(json!({"job_id": "j", "total": "5", "offset": "2", "limit": 2, "events": [1, 2]}));
+        assert_eq!((p.offset_style, p.has_more, p.next_cursor.as_deref()), (true, true, Some("4")));
+        for (total, offset) in [(json!("five"), json!(0)), (json!(5), json!("-1")), (json!(5), json!(1.5)),
+                                (json!(true), json!(0)), (json!(5), json!([0]))] {
+            let body = json!({"total": total, "offset": offset, "events": [1]});
+            let refused = normalize_page(body.clone()).expect_err("a count of the wrong type");
+            assert!(refused.contains("total") || refused.contains("offset"), "{refused}: {body}");
+        }
+        // Counts beside a next_cursor are not the page's style: not read, not refused.
+        let p = page(json!({"data": [1], "total": "many", "offset": null, "has_more": false, "next_cursor": null}));
+        assert!(!p.offset_style && p.data.len() == 1);
     }
 
     #[test]

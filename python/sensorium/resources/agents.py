@@ -25,7 +25,7 @@ from .._endpoints import (
 )
 from .._progress import ProgressCallback
 from .._waiting import canceling, ended_in, wait_for, with_status
-from ..errors import InvalidArgumentError
+from ..errors import APIResponseValidationError, InvalidArgumentError, _answer_text, _json_kind
 from ..types import (
     Agent,
     AgentEvent,
@@ -507,9 +507,18 @@ class Instances(Resource):
 
     def _recent_logs(self, agent_id: str) -> Request[list[AgentLog]]:
         # One page of the newest lines is enough: the terminal event is the newest row.
+        # Read as the pager reads a page: `data: null` (or none) is no lines. An answer of any
+        # other shape is an APIResponseValidationError, which `wait_for` takes as a logs feed that
+        # failed (the round reads the record instead).
         def cast(raw: Any) -> list[AgentLog]:
-            items = raw.get("data", []) if isinstance(raw, dict) else raw if isinstance(raw, list) else []
-            return [AgentLog.from_dict(item) for item in items if isinstance(item, dict)]
+            items = raw.get("data") if isinstance(raw, dict) else raw
+            if items is None and isinstance(raw, dict):
+                items = []
+            if not isinstance(items, list):
+                got = f"one whose data is {_json_kind(items)}" if isinstance(raw, dict) else _json_kind(raw)
+                raise APIResponseValidationError(f"expected a page of log lines {{data: [...]}}, got {got}",
+                                                 body=_answer_text(raw))
+            return [AgentLog.from_dict(item) for item in items]
 
         return Request("GET", self._path(agent_id, "/logs"), {"limit": 20}, surface="agents", cast=cast)
 

@@ -22,7 +22,7 @@ from .._endpoints import (
     CollectList, ListRequest, Namespace, Operation, Request, Resource, Runner, awaited, query, segment, warn_caller,
 )
 from .._progress import ProgressCallback
-from .._waiting import canceling, check_timeout, wait_for
+from .._waiting import canceling, check_timeout, error_texts, wait_for
 from ..errors import InvalidArgumentError, JobFailedError, NotFoundError, SensoriumError, WaitTimeoutError
 from ..types import AgentLog, BatchEvent, BatchJob, BatchOutput, FileRecord, Pipeline
 from .fine_tuning import job_status
@@ -84,7 +84,8 @@ def _inputs(inputs: Any) -> dict[str, list[dict[str, Any]]]:
 
 
 def batch_failure(record: Any, _logs: list[AgentLog], what: str) -> SensoriumError:
-    errors = [str(e.get("message", e)) if isinstance(e, dict) else str(e) for e in (record.extra.get("errors") or [])]
+    # The spec gives batch jobs no `errors` field; some deployments send one (kept in `extra`).
+    errors = error_texts(record.extra.get("errors"))
     return JobFailedError(f"{what} failed: {'; '.join(errors) or '(no error given)'}", job=record, errors=errors)
 
 

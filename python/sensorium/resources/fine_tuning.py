@@ -20,11 +20,11 @@ from .._endpoints import (
     CollectList, ListRequest, Namespace, Operation, Request, Resource, Runner, Scrub, awaited, cursor_walk, query,
     segment, warn_caller,
 )
-from .._waiting import canceling, wait_for
+from .._waiting import canceling, error_texts, wait_for
 from ..errors import APIStatusError, InvalidArgumentError, JobFailedError, SensoriumError
 from ..fine_tuning import check_job
 from ..pagination import Rows
-from ..types import AgentLog, Checkpoint, FineTuningEvent, FineTuningJob
+from ..types import AgentLog, Checkpoint, FineTuningEvent, FineTuningJob, record_status
 
 __all__ = ["FineTuning", "AsyncFineTuning"]
 
@@ -34,15 +34,15 @@ MAX_LOGS_LIMIT = 100
 
 def job_status(record: Any) -> str:
     """A fine-tuning or batch status as the waiting loop reads it: ``SUCCEEDED`` (some
-    deployments) is ``COMPLETED``; ``CANCELLED`` is ``canceled``."""
-    status = (getattr(record, "status", None) or "").upper()
+    deployments) is ``COMPLETED``; ``CANCELLED`` is ``canceled``. A status that is no string
+    raises ``APIResponseValidationError`` (``record_status``)."""
+    status = record_status(record).upper()
     return {"COMPLETED": "completed", "SUCCEEDED": "completed", "FAILED": "failed", "CANCELLED": "canceled",
             "CANCELED": "canceled"}.get(status, status.lower())
 
 
 def job_failure(record: Any, _logs: list[AgentLog], what: str) -> SensoriumError:
-    errors = [e.get("message") or e.get("code") or str(e) if isinstance(e, dict) else str(e)
-              for e in (getattr(record, "errors", None) or [])]
+    errors = error_texts(getattr(record, "errors", None))
     how = "failed"
     if job_status(record) == "completed":
         how = "completed with outcome FAILED (it produced nothing)"
