@@ -281,6 +281,19 @@ def test_frames_without_an_id_are_events_too(client_kind):
     assert last_id == "4"
 
 
+def test_a_key_a_stream_event_echoes_is_taken_out(client_kind):
+    """HTTP answers and socket messages had the key taken out on arrival; stream events did not."""
+    echo = sse_frame('{"type": "inference.result", "event_data": {"note": "served for sk-test", "keys": ["sk-test"]}}', 1)
+    end = sse_frame('{"type": "sse.stream.end"}')
+    with FakeServer(lambda head: [SSE_HEAD + echo + end]) as server:
+        events, last_id = read_stream(client_kind, server.base_url)
+    [event] = events
+    assert event.event_data == {"note": "served for <redacted>", "keys": ["<redacted>"]}
+    assert (event.id, event.type, last_id) == ("1", "inference.result", "1")
+    for text in (event.data, repr(event), pickle.dumps(event).decode("latin-1")):
+        assert "sk-test" not in text
+
+
 def read_stream(kind: str, base_url: str) -> tuple[list[StreamEvent], Optional[str]]:
     async def events(c: Any) -> tuple[list[StreamEvent], Optional[str]]:
         async with c.lens.sessions.stream("lsn-1") as stream:

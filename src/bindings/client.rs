@@ -268,7 +268,7 @@ impl CoreClient {
         guard("open_stream", || {
             let transport = self.transport();
             let path = path.to_string();
-            let options = sse::StreamOptions { last_event_id, heartbeats };
+            let options = sse::StreamOptions { last_event_id, heartbeats, redact: None };
             EventFeed::spawn(move |tx| async move { sse::pump(&transport, &path, options, tx).await })
         })
     }

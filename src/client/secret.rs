@@ -18,6 +18,11 @@ impl ApiKey {
         &self.0
     }
 
+    /// Whether `text` holds the key (one SIMD scan); a key too short to redact never does.
+    pub fn appears_in(&self, text: &str) -> bool {
+        self.0.len() >= 4 && memchr::memmem::find(text.as_bytes(), self.0.as_bytes()).is_some()
+    }
+
     /// Removes every occurrence of the key from `text`, for messages built from server bodies
     /// that might echo it (lens session records do).
     pub fn redact_in(&self, text: &str) -> String {

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 
 use super::endpoint::Surface;
 use super::error::{seconds, truncate, Error};
+use super::secret::ApiKey;
 use super::transport::{error_chain, Call, Transport};
 
 /// The frame types that are the protocol's, not the lens's output.
@@ -96,6 +97,9 @@ pub struct StreamOptions {
     pub last_event_id: Option<String>,
     /// Hand heartbeats to the caller too (they are hidden by default).
     pub heartbeats: bool,
+    /// The key to take out of every event's data, should the server echo it (`pump` sets the
+    /// transport's), as HTTP answers and socket messages have it taken out on arrival.
+    pub redact: Option<ApiKey>,
 }
 
 /// What the feed sends its reader: a batch of events, or the error that ended it. The channel
@@ -173,7 +177,8 @@ impl Held {
 /// Reads the stream at `path` (under the API base) into `tx` until it ends, the reader hangs
 /// up, or reconnecting fails `MAX_RECONNECTS` times in a row. Meant to be spawned; the caller
 /// drops the receiver to stop it.
-pub async fn pump(transport: &Transport, path: &str, options: StreamOptions, tx: mpsc::Sender<Feed>) {
+pub async fn pump(transport: &Transport, path: &str, mut options: StreamOptions, tx: mpsc::Sender<Feed>) {
+    options.redact = Some(transport.config.api_key.clone());
     let url = format!("{}{}", Surface::Api.base(transport), path);
     let mut last_id = options.last_event_id.clone();
     let mut server_retry: Option<Duration> = None;
@@ -423,6 +428,9 @@ where
                         *server_retry = Some(retry);
                     }
                     let mut event = to_event(event);
+                    if let Some(key) = options.redact.as_ref().filter(|key| key.appears_in(&event.data)) {
+                        event = StreamEvent::from_parts(event.id, event.kind, key.redact_in(&event.data));
+                    }
                     let repeated = if event.id.is_empty() {
                         // Before this connection's first id, the id carried forward is the one
                         // it resumed after (the parser starts each connection empty).
@@ -541,7 +549,7 @@ mod tests {
             b"id: 7\ndata: {\"type\": \"inference.result\"}\n\n",
             b"id: 8\ndata: {\"type\": \"sse.stream.heartbeat\"}\n\nid: 9\ndata: {\"type\": \"x\"}\n\n",
         ];
-        let options = StreamOptions { last_event_id: Some("7".into()), heartbeats: true };
+        let options = StreamOptions { last_event_id: Some("7".into()), heartbeats: true, redact: None };
         let (events, last) = parse(chunks, options).await;
         let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, ["8", "9"]);
@@ -562,7 +570,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_resumed_connection_skips_only_the_replayed_event_at_its_head() {
-        let options = StreamOptions { last_event_id: Some("7".into()), heartbeats: false };
+        let options = StreamOptions { last_event_id: Some("7".into()), heartbeats: false, redact: None };
         // The server replays the event it resumes after; a frame without an id after it, and a
         // later frame that reuses the id, are new.
         let chunks: Vec<&'static [u8]> = vec![
