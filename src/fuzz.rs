@@ -308,7 +308,7 @@ proptest! {
 
     #[test]
     fn page_envelopes(body in json()) {
-        if let Ok(page) = normalize_page(body) {
+        if let Ok(page) = normalize_page(body, None) {
             prop_assert!(!page.has_more || page.next_cursor.is_some(), "has_more without a cursor would never end");
         }
     }

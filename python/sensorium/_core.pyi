@@ -1,5 +1,5 @@
 # Stubs for the native core, checked against the binary by `python -m mypy.stubtest sensorium._core`.
-from typing import Any, Callable, Mapping, Sequence, final
+from typing import Any, Callable, Mapping, Sequence, Literal, final
 
 import numpy as np
 import numpy.typing as npt
@@ -151,6 +151,7 @@ class CoreClient:
         within: float | None = None,
         repeatable: bool = False,
         renamed: dict[str, str] | None = None,
+        item_cursor: Literal["first", "last"] | None = None,
     ) -> Any: ...
     def open_stream(self, path: str, last_event_id: str | None, heartbeats: bool) -> EventFeed: ...
     def connect_socket(self, endpoint: str, subprotocol: bool, asynchronous: bool) -> Any: ...

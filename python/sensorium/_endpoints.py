@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 from ._progress import ProgressCallback, reporting, run_reported
 from ._secrets import redacted
-from .errors import APIResponseValidationError, InvalidArgumentError, _answer_text, _json_kind
+from .errors import APIResponseValidationError, InvalidArgumentError, _answer_text
 from .pagination import AsyncPager, Page, SyncPager
 
 T = TypeVar("T")
@@ -213,9 +213,14 @@ class _CursorParam:
             fresh.append(item)
         return fresh
 
+    def item_cursor(self, request: ListRequest[Any]) -> Optional[str]:
+        """For a list whose items' ids are its cursors, which item of a page gives the next
+        one (the core reads it): the oldest walking ``after``, the newest walking ``before``."""
+        if not request.item_cursors:
+            return None
+        return "first" if self.name == "before" else "last"
+
     def page(self, raw: Any, request: ListRequest[T]) -> Page[T]:
-        if request.item_cursors:
-            raw = _item_cursor_page(raw, self.name)
         if self.name == "before" and isinstance(raw, dict) and isinstance(raw.get("data"), list):
             # Walking `before`, each page is the run of items just newer than the cursor, newest
             # first, and the next page is newer still: read as sent, the walk zig-zags (k2 k1 k4
@@ -227,44 +232,6 @@ class _CursorParam:
         if isinstance(raw, dict) and isinstance(raw.get("data"), list):
             raw = {**raw, "data": self._unseen(raw["data"])}
         return Page.from_raw(raw, request.item)
-
-
-def _item_cursor_page(raw: Any, direction: str) -> dict[str, Any]:
-    """The page of a list answered as ``{data, has_more}`` (read as it came: the core's page
-    reading refuses a page that says ``has_more`` with no ``next_cursor``). Its next cursor, when
-    not given, is the id of the page's oldest item walking ``after``, of its newest walking
-    ``before``. A bare array is the whole list. A page that says ``has_more`` and leaves no way
-    on (no cursor, no item id) is refused rather than taken as the end, which would drop the
-    rest of the list without a word."""
-    if isinstance(raw, list):
-        return {"data": raw, "has_more": False, "next_cursor": None}
-    if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
-        raise APIResponseValidationError(f"expected a list page {{data, has_more}}, got {type(raw).__name__}",
-                                         body=_answer_text(raw))
-    data = raw["data"]
-    cursor = raw.get("next_cursor")
-    if not cursor and data:
-        edge = data[0] if direction == "before" else data[-1]
-        cursor = edge.get("id") if isinstance(edge, dict) else None
-    has_more = _has_more(raw)
-    if has_more and not (isinstance(cursor, str) and cursor):
-        raise APIResponseValidationError("the page says has_more but gives no next_cursor, nor an item id to go on "
-                                         "from, so the rest of the list cannot be read", body=repr(raw)[:2000])
-    return {"data": data, "has_more": has_more, "next_cursor": cursor if has_more else None}
-
-
-def _has_more(raw: dict[str, Any]) -> bool:
-    """A fine-tuning page's ``has_more``, read as the core reads a page's (the wire notes: be
-    liberal in what you accept): a boolean, or the text ``"true"``/``"false"`` in any case;
-    absent or null is false (a page without it is the whole list). Anything else is refused:
-    read as either, it would end the list short or ask for pages that do not exist."""
-    more = raw.get("has_more")
-    if more is None or isinstance(more, bool):
-        return bool(more)
-    if isinstance(more, str) and more.lower() in ("true", "false"):
-        return more.lower() == "true"
-    raise APIResponseValidationError(f"the page's has_more is {_json_kind(more)} ({more!r:.40}), not true or false",
-                                     body=_answer_text(raw))
 
 
 def _read(build: Callable[[Any], T], raw: Any, redact: Callable[[str], str],
@@ -322,7 +289,7 @@ class SyncRunner:
             def fetch(cursor: Optional[str]) -> Page[T]:
                 core = self._core()
                 raw = core.request("GET", request.surface, request.path, where.params(request, cursor), None,
-                                   not request.item_cursors, False, _within(deadline))
+                                   True, False, _within(deadline), item_cursor=where.item_cursor(request))
                 return _read(lambda answer: where.page(answer, request), raw, core.redact)
 
             return fetch
@@ -399,7 +366,7 @@ class AsyncRunner:
             async def fetch(cursor: Optional[str]) -> Page[T]:
                 core = self._core()
                 raw = await core.request("GET", request.surface, request.path, where.params(request, cursor), None,
-                                         not request.item_cursors, True, _within(deadline))
+                                         True, True, _within(deadline), item_cursor=where.item_cursor(request))
                 return _read(lambda answer: where.page(answer, request), raw, core.redact)
 
             return fetch

@@ -25,6 +25,7 @@ use crate::client::files::{self, UploadMethod, UploadOptions};
 use crate::client::upload::{self, DirectUploadOptions};
 use crate::client::endpoint::{self, JsonCall, Surface};
 use crate::client::embed_many;
+use crate::client::pagination::ItemEnd;
 use crate::client::query;
 use crate::client::sse;
 use crate::client::websocket::{Credential, Socket};
@@ -182,8 +183,9 @@ impl CoreClient {
     /// its last failure. `repeatable` marks a POST safe to send again after its answer was lost
     /// (GET, PUT, DELETE... are); any other POST is not (`Call::repeatable`).
     /// `renamed` maps places in the body to the keyword arguments they came from, where the two
-    /// differ (`as_keyword_argument`).
-    #[pyo3(signature = (method, surface, path, query, body, page, asynchronous, within=None, repeatable=false, renamed=None))]
+    /// differ (`as_keyword_argument`). `item_cursor` (`"first"` or `"last"`): the list may say
+    /// `has_more` with no `next_cursor`, and the id of the page's item at that end is the cursor.
+    #[pyo3(signature = (method, surface, path, query, body, page, asynchronous, within=None, repeatable=false, renamed=None, item_cursor=None))]
     #[allow(clippy::too_many_arguments)]
     fn request<'py>(
         &self,
@@ -198,6 +200,7 @@ impl CoreClient {
         within: Option<f64>,
         repeatable: bool,
         renamed: Option<HashMap<String, String>>,
+        item_cursor: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let renamed = renamed.unwrap_or_default();
         guard("request", || {
@@ -223,7 +226,15 @@ impl CoreClient {
                         return Err(Error::invalid_argument("within", format!("is {v}; it takes 0 or more seconds up to a year")))
                     }
                 };
-                Ok(JsonCall { method, surface: Surface::parse(surface)?, path, query, body, page, within, repeatable })
+                let item_cursor = match item_cursor {
+                    None => None,
+                    Some("first") => Some(ItemEnd::First),
+                    Some("last") => Some(ItemEnd::Last),
+                    Some(other) => {
+                        return Err(Error::invalid_argument("item_cursor", format!("is {other:?}, not \"first\" or \"last\"")))
+                    }
+                };
+                Ok(JsonCall { method, surface: Surface::parse(surface)?, path, query, body, page, item_cursor, within, repeatable })
             };
             let req = build().map_err(|e| to_pyerr(py, e))?;
             runtime::run_unary(py, "request", asynchronous, self.transport(), |transport| async move {
@@ -268,7 +279,7 @@ impl CoreClient {
         guard("open_stream", || {
             let transport = self.transport();
             let path = path.to_string();
-            let options = sse::StreamOptions { last_event_id, heartbeats, redact: None };
+            let options = sse::StreamOptions { last_event_id, heartbeats };
             EventFeed::spawn(move |tx| async move { sse::pump(&transport, &path, options, tx).await })
         })
     }

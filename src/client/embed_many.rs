@@ -345,7 +345,8 @@ impl Batch {
             return None;
         }
         let transport = &self.transport;
-        let call = transport.query_call(body);
+        // embed_many's bodies never set `max_wait_time_sec`: a 504 is retried by the rule.
+        let call = transport.query_call(body, false);
         let answer = transport
             .execute_paced(
                 &call,

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use super::config::FINE_TUNING_VERSION;
 use super::error::Error;
 use super::files::download_call;
-use super::pagination::normalize_page;
+use super::pagination::{normalize_page, ItemEnd};
 use super::transport::{decode_json, safe_to_repeat, shown_url, Call, RequestBody, Transport};
 use super::upload::{ProgressShare, TransferProgress};
 
@@ -61,6 +61,8 @@ pub struct JsonCall {
     pub body: Option<Value>,
     /// Read the answer as a list page (either style) instead of returning it as is.
     pub page: bool,
+    /// The list may say `has_more` with no `next_cursor`: its item at this end gives the cursor.
+    pub item_cursor: Option<ItemEnd>,
     /// The whole call (retries included) ends within this long of its start.
     pub within: Option<std::time::Duration>,
     /// The caller marks a POST safe to repeat (a cancel, whose repeat meets 409 already-terminal;
@@ -154,7 +156,7 @@ pub async fn call(transport: &Transport, req: &JsonCall) -> Result<Value, Error>
             return Err(Error::unexpected(&call.url, format!("expected a list page, got {}", short(&value)), value.to_string().as_bytes()));
         }
         // Moved, not re-serialised: a page of 1,000 records is not copied.
-        let page = match normalize_page(value) {
+        let page = match normalize_page(value, req.item_cursor) {
             Ok(page) => page,
             Err(why) => return Err(Error::unexpected(&call.url, why, b"")),
         };

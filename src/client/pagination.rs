@@ -11,8 +11,9 @@ use crate::wire::page::CursorPage;
 /// offset style `{total, offset, limit, <entity>: [...]}`, whose next page is given as the next
 /// offset in `next_cursor` (the caller sends it back as `offset`). A page with `has_more` but no
 /// cursor is refused: taken as the last page, it would end the list silently with the rest
-/// unread; followed without a cursor, it would loop on the first page.
-pub fn normalize_page(body: Value) -> Result<CursorPage<Value>, String> {
+/// unread; followed without a cursor, it would loop on the first page. Unless `item_cursor`
+/// says the list goes on from an item: then the id of the page's item at that end is the cursor.
+pub fn normalize_page(body: Value, item_cursor: Option<ItemEnd>) -> Result<CursorPage<Value>, String> {
     Ok(match body {
         Value::Array(items) => CursorPage { data: items, ..Default::default() },
         Value::Object(mut map) => {
@@ -46,17 +47,38 @@ pub fn normalize_page(body: Value) -> Result<CursorPage<Value>, String> {
                     offset_style: true,
                 });
             }
-            let next_cursor = text(map.get("next_cursor"));
             let has_more = more(map.get("has_more"))?;
+            let mut next_cursor = text(map.get("next_cursor"));
             if has_more && next_cursor.is_none() {
-                return Err("the page says has_more but gives no next_cursor, so the rest of the list cannot be \
-                            read"
-                    .to_string());
+                let Some(end) = item_cursor else {
+                    return Err("the page says has_more but gives no next_cursor, so the rest of the list cannot be \
+                                read"
+                        .to_string());
+                };
+                let edge = match end {
+                    ItemEnd::First => data.first(),
+                    ItemEnd::Last => data.last(),
+                };
+                next_cursor = text(edge.and_then(|item| item.get("id")));
+                if next_cursor.is_none() {
+                    return Err("the page says has_more but gives no next_cursor, nor an item id to go on from, so \
+                                the rest of the list cannot be read"
+                        .to_string());
+                }
             }
             CursorPage { data, has_more, next_cursor, prev_cursor: text(map.get("prev_cursor")), offset_style: false }
         }
         _ => CursorPage::default(),
     })
+}
+
+/// Which item of a page gives the next page's cursor, for a list that says `has_more` but may
+/// give no `next_cursor` (the spec's fine-tuning lists, whose items' ids are their cursors):
+/// the newest item walking towards the newest (`before`), the oldest walking back (`after`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemEnd {
+    First,
+    Last,
 }
 
 /// A page's `has_more`: a boolean, or (be liberal in what you accept, the wire notes say) the
@@ -128,7 +150,7 @@ mod tests {
     use serde_json::json;
 
     fn page(body: Value) -> CursorPage<Value> {
-        normalize_page(body).expect("a readable page")
+        normalize_page(body, None).expect("a readable page")
     }
 
     #[test]
@@ -171,7 +193,7 @@ mod tests {
             json!({"data": {"jobs": [{"id": 1}]}}),
             json!({"data": "none"}),
         ] {
-            assert!(normalize_page(body.clone()).is_err(), "{body}");
+            assert!(normalize_page(body.clone(), None).is_err(), "{body}");
         }
     }
 
@@ -183,7 +205,7 @@ mod tests {
             assert_eq!(p.has_more, expected, "{more}");
         }
         for more in [json!(1), json!("yes"), json!([true]), json!({"v": true}), json!("")] {
-            let refused = normalize_page(json!({"data": [1], "has_more": more.clone(), "next_cursor": "c2"}))
+            let refused = normalize_page(json!({"data": [1], "has_more": more.clone(), "next_cursor": "c2"}), None)
                 .expect_err("read as false, the rest of the list would be lost");
             assert!(refused.contains("has_more"), "{refused}: {more}");
         }
@@ -196,7 +218,7 @@ mod tests {
         for (total, offset) in [(json!("five"), json!(0)), (json!(5), json!("-1")), (json!(5), json!(1.5)),
                                 (json!(true), json!(0)), (json!(5), json!([0]))] {
             let body = json!({"total": total, "offset": offset, "events": [1]});
-            let refused = normalize_page(body.clone()).expect_err("a count of the wrong type");
+            let refused = normalize_page(body.clone(), None).expect_err("a count of the wrong type");
             assert!(refused.contains("total") || refused.contains("offset"), "{refused}: {body}");
         }
         // Counts beside a next_cursor are not the page's style: not read, not refused.
@@ -211,8 +233,21 @@ mod tests {
             json!({"object": "list", "data": [], "has_more": true, "next_cursor": null}),
             json!({"data": [1], "has_more": true, "next_cursor": ""}),
         ] {
-            let refused = normalize_page(body.clone()).expect_err("the rest of the list would be lost");
+            let refused = normalize_page(body.clone(), None).expect_err("the rest of the list would be lost");
             assert!(refused.contains("has_more"), "{refused}: {body}");
         }
+    }
+
+    #[test]
+    fn an_item_cursor_list_goes_on_from_the_id_at_its_end() {
+        let body = json!({"object": "list", "data": [{"id": "ev_2"}, {"id": "ev_1"}], "has_more": true});
+        let next = |body: &Value, end| normalize_page(body.clone(), Some(end)).map(|p| p.next_cursor);
+        assert_eq!(next(&body, ItemEnd::Last), Ok(Some("ev_1".to_string())));
+        assert_eq!(next(&body, ItemEnd::First), Ok(Some("ev_2".to_string())));
+        // A cursor the page gives is followed; an item without an id leaves no way on.
+        let given = json!({"data": [{"id": "ev_2"}], "has_more": true, "next_cursor": "c9"});
+        assert_eq!(next(&given, ItemEnd::Last), Ok(Some("c9".to_string())));
+        let anonymous = json!({"data": [{"step": 1}], "has_more": true});
+        assert!(next(&anonymous, ItemEnd::Last).is_err_and(|why| why.contains("nor an item id")));
     }
 }

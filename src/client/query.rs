@@ -278,8 +278,7 @@ pub fn check_event(index: usize, event: &Value) -> Result<Bytes, Error> {
 /// with `status: "failed"` becomes `Error::QueryFailed`; a 200 without an output in any layout
 /// the platform has used is an `Error::Decode`, never an empty answer.
 pub async fn run(transport: &Transport, body: Bytes, own_wait: bool) -> Result<(QueryResponse, Vec<String>, Bytes), Error> {
-    let mut call = transport.query_call(body);
-    call.retry_gateway_timeout = !own_wait;
+    let call = transport.query_call(body, own_wait);
     transport
         .execute(&call, |response| async move {
             let url = response.url().to_string();
@@ -492,8 +491,7 @@ pub async fn run_embeddings(
     channels: usize,
     own_wait: bool,
 ) -> Result<(EmbeddingMatrix, Vec<String>, Option<String>, Bytes), Error> {
-    let mut call = transport.query_call(body);
-    call.retry_gateway_timeout = !own_wait;
+    let call = transport.query_call(body, own_wait);
     transport
         .execute(&call, |response| async move {
             let raw = transport.body(response).await?;

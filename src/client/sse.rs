@@ -97,9 +97,17 @@ pub struct StreamOptions {
     pub last_event_id: Option<String>,
     /// Hand heartbeats to the caller too (they are hidden by default).
     pub heartbeats: bool,
-    /// The key to take out of every event's data, should the server echo it (`pump` sets the
-    /// transport's), as HTTP answers and socket messages have it taken out on arrival.
-    pub redact: Option<ApiKey>,
+}
+
+/// How one connection's events are read and handed out.
+struct Reading<'a> {
+    /// Hand heartbeats out too (`StreamOptions::heartbeats`).
+    heartbeats: bool,
+    /// The key to take out of every event's data, should the server echo it, as HTTP answers
+    /// and socket messages have it taken out on arrival (`pump` gives the transport's).
+    redact: Option<&'a ApiKey>,
+    /// How long the connection may send nothing before it counts as lost.
+    stall: Duration,
 }
 
 /// What the feed sends its reader: a batch of events, or the error that ended it. The channel
@@ -177,8 +185,12 @@ impl Held {
 /// Reads the stream at `path` (under the API base) into `tx` until it ends, the reader hangs
 /// up, or reconnecting fails `MAX_RECONNECTS` times in a row. Meant to be spawned; the caller
 /// drops the receiver to stop it.
-pub async fn pump(transport: &Transport, path: &str, mut options: StreamOptions, tx: mpsc::Sender<Feed>) {
-    options.redact = Some(transport.config.api_key.clone());
+pub async fn pump(transport: &Transport, path: &str, options: StreamOptions, tx: mpsc::Sender<Feed>) {
+    let reading = Reading {
+        heartbeats: options.heartbeats,
+        redact: Some(&transport.config.api_key),
+        stall: transport.config.timeouts.read,
+    };
     let url = format!("{}{}", Surface::Api.base(transport), path);
     let mut last_id = options.last_event_id.clone();
     let mut server_retry: Option<Duration> = None;
@@ -203,8 +215,7 @@ pub async fn pump(transport: &Transport, path: &str, mut options: StreamOptions,
                 None => {
                     let held = Held::default();
                     let events = frames(response.bytes_stream(), held.clone());
-                    let stall = transport.config.timeouts.read;
-                    read(events, &held, &options, &mut last_id, &mut server_retry, stall, &tx).await
+                    read(events, &held, &reading, &mut last_id, &mut server_retry, &tx).await
                 }
             },
             // A 4xx (unknown session, bad key) will not change by reconnecting.
@@ -371,10 +382,9 @@ fn slices(chunk: Bytes) -> Vec<Bytes> {
 async fn read<S, E>(
     mut events: EventStream<S>,
     held: &Held,
-    options: &StreamOptions,
+    reading: &Reading<'_>,
     last_id: &mut Option<String>,
     server_retry: &mut Option<Duration>,
-    stall: Duration,
     tx: &mpsc::Sender<Feed>,
 ) -> Ended
 where
@@ -388,8 +398,8 @@ where
     // event the stream resumed after; a later frame with the same id is a new event.
     let mut resumed_after = last_id.clone();
     loop {
-        let first = match tokio::time::timeout(stall, events.next()).await {
-            Err(_) => return Ended::Lost { reason: format!("no data for {}", seconds(stall)), received },
+        let first = match tokio::time::timeout(reading.stall, events.next()).await {
+            Err(_) => return Ended::Lost { reason: format!("no data for {}", seconds(reading.stall)), received },
             Ok(next) => next,
         };
         let mut batch = Vec::new();
@@ -428,7 +438,7 @@ where
                         *server_retry = Some(retry);
                     }
                     let mut event = to_event(event);
-                    if let Some(key) = options.redact.as_ref().filter(|key| key.appears_in(&event.data)) {
+                    if let Some(key) = reading.redact.filter(|key| key.appears_in(&event.data)) {
                         event = StreamEvent::from_parts(event.id, event.kind, key.redact_in(&event.data));
                     }
                     let repeated = if event.id.is_empty() {
@@ -447,7 +457,7 @@ where
                         ended = Some(Ended::Graceful);
                         break;
                     }
-                    let hidden = event.kind == STREAM_START || (event.kind == STREAM_HEARTBEAT && !options.heartbeats);
+                    let hidden = event.kind == STREAM_START || (event.kind == STREAM_HEARTBEAT && !reading.heartbeats);
                     if !repeated && !hidden {
                         // Only an event handed out is progress: a server that sends its start
                         // frame (or heartbeats) and closes must run out the reconnects, with
@@ -491,7 +501,8 @@ mod tests {
         S: Stream<Item = Result<Bytes, std::io::Error>> + Unpin,
     {
         let held = Held::default();
-        read(frames(body, held.clone()), &held, options, last, retry, Duration::from_secs(5), tx).await
+        let reading = Reading { heartbeats: options.heartbeats, redact: None, stall: Duration::from_secs(5) };
+        read(frames(body, held.clone()), &held, &reading, last, retry, tx).await
     }
 
     async fn parse(chunks: Vec<&'static [u8]>, options: StreamOptions) -> (Vec<StreamEvent>, Option<String>) {
@@ -549,7 +560,7 @@ mod tests {
             b"id: 7\ndata: {\"type\": \"inference.result\"}\n\n",
             b"id: 8\ndata: {\"type\": \"sse.stream.heartbeat\"}\n\nid: 9\ndata: {\"type\": \"x\"}\n\n",
         ];
-        let options = StreamOptions { last_event_id: Some("7".into()), heartbeats: true, redact: None };
+        let options = StreamOptions { last_event_id: Some("7".into()), heartbeats: true };
         let (events, last) = parse(chunks, options).await;
         let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, ["8", "9"]);
@@ -570,7 +581,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_resumed_connection_skips_only_the_replayed_event_at_its_head() {
-        let options = StreamOptions { last_event_id: Some("7".into()), heartbeats: false, redact: None };
+        let options = StreamOptions { last_event_id: Some("7".into()), heartbeats: false };
         // The server replays the event it resumes after; a frame without an id after it, and a
         // later frame that reuses the id, are new.
         let chunks: Vec<&'static [u8]> = vec![

@@ -309,12 +309,14 @@ impl Transport {
         Transport { http: lane.http().clone(), ..self.clone() }
     }
 
-    /// A POST of `body` to `/query`, its URL parsed once for the transport's life.
-    pub fn query_call(&self, body: Bytes) -> Call {
+    /// A POST of `body` to `/query`, its URL parsed once for the transport's life. `own_wait`:
+    /// the body sets `max_wait_time_sec`, so a 504 is that wait's end and is not retried.
+    pub fn query_call(&self, body: Bytes, own_wait: bool) -> Call {
         // A repeated query changes nothing on the platform: safe to send again after a lost answer.
         Call {
             parsed_url: Some(self.query_url.clone()),
             repeatable: true,
+            retry_gateway_timeout: !own_wait,
             ..Call::post_json(self.query_url.as_str().to_owned(), body)
         }
     }
@@ -1173,7 +1175,7 @@ mod tests {
         assert!(!Call::post_json("http://127.0.0.1:9/v0.5/x".into(), Bytes::new()).repeatable);
         assert!(Call::get("http://127.0.0.1:9/v0.5/x".into()).repeatable);
         let config = ClientConfig::resolve(Some("sk-test".into()), Some("http://127.0.0.1:9/v0.5".into()), |_| None).unwrap();
-        assert!(Transport::new(config).unwrap().query_call(Bytes::new()).repeatable);
+        assert!(Transport::new(config).unwrap().query_call(Bytes::new(), false).repeatable);
     }
 
     #[tokio::test]

@@ -90,7 +90,7 @@ fn file_shapes() {
 
 #[test]
 fn cursor_list_from_wire_notes() {
-    let page = normalize_page(json!({"data": [{"file_id": "a.txt"}], "has_more": true, "next_cursor": "opaque==", "prev_cursor": null}))
+    let page = normalize_page(json!({"data": [{"file_id": "a.txt"}], "has_more": true, "next_cursor": "opaque==", "prev_cursor": null}), None)
         .expect("a cursor page");
     assert!(page.has_more);
     assert_eq!(page.next_cursor.as_deref(), Some("opaque=="));
