@@ -8,8 +8,11 @@ import json
 import logging
 import pickle
 import re
+import subprocess
+import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import numpy as np
@@ -518,3 +521,37 @@ def test_every_record_refuses_a_required_field_of_the_wrong_type(value):
             checked.add(name)
     assert {"Agent", "Bundle", "Node", "BatchJob", "FineTuningJob", "Checkpoint", "FileRecord",
             "LensSession"} <= checked
+
+
+def test_a_content_length_that_promises_a_petabyte_does_not_kill_the_process(tmp_path):
+    """The body buffer was made the size the server's Content-Length claimed: a lying server
+    aborted the process (`memory allocation of 999999999999992 bytes failed`, SIGABRT), with no
+    exception to catch, in a notebook kernel or a pytest run alike. Run in a child process, so
+    the old behaviour fails this test rather than the suite."""
+    script = tmp_path / "lying_length.py"
+    script.write_text(f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from _fake_server import FakeServer
+import sensorium, sensorium.errors
+
+def lying(head):
+    head = (b"HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\n"
+            b"Content-Length: 1000000000000000\\r\\nConnection: close\\r\\n\\r\\n")
+    # Two pieces: a body in one piece is handed on without a buffer.
+    return [head, b'{{"num_files":', 0.2, b' 1}}', 0.2]
+
+with FakeServer(lying) as server:
+    for make in (sensorium.Client, sensorium.AsyncClient):
+        client = make(api_key="sk-test", base_url=server.base_url, max_retries=0)
+        try:
+            call = client.files.info()
+            if make is sensorium.AsyncClient:
+                import asyncio
+                asyncio.run(call)
+        except sensorium.errors.APIConnectionError as e:
+            print("raised", type(e).__name__)
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n").count("raised APIConnectionError") == 2, done.stdout

@@ -15,6 +15,7 @@
 //! `~/.cache/sensorium`, under `uploads/`. It holds no secret (the key is not part of it).
 //! Failing to read or write it only costs the resume (the file is sent whole), never the upload.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -80,10 +81,32 @@ pub struct ResumeState {
 }
 
 fn cache_dir() -> Option<PathBuf> {
-    let from_env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-    from_env("SENSORIUM_CACHE_DIR")
-        .or_else(|| from_env("XDG_CACHE_HOME").map(|d| d.join("sensorium")))
-        .or_else(|| from_env("HOME").map(|d| d.join(".cache").join("sensorium")))
+    cache_dir_in(|name| std::env::var_os(name), std::env::current_dir().ok())
+}
+
+/// `cache_dir` with the environment read through `var`. `SENSORIUM_CACHE_DIR` written in a
+/// `.env`, Docker env-file or service file often starts with a `~` no shell expanded: it is the
+/// home folder here too, not a folder named `~` in the current one. A relative folder would move
+/// with the current directory, and a resume started from another would not find its record, so
+/// it is taken against `cwd`. A blank value is unset. A relative `XDG_CACHE_HOME` is ignored, as
+/// the XDG base directory rules say.
+fn cache_dir_in(var: impl Fn(&str) -> Option<OsString>, cwd: Option<PathBuf>) -> Option<PathBuf> {
+    let set = |name: &str| var(name).filter(|v| !v.to_string_lossy().trim().is_empty()).map(PathBuf::from);
+    let home = set("HOME").filter(|home| home.is_absolute());
+    let chosen = set("SENSORIUM_CACHE_DIR").and_then(|dir| {
+        let dir = match dir.strip_prefix("~") {
+            Ok(rest) => home.as_ref()?.join(rest),
+            Err(_) => dir,
+        };
+        if dir.is_absolute() {
+            Some(dir)
+        } else {
+            cwd.map(|cwd| cwd.join(dir))
+        }
+    });
+    chosen
+        .or_else(|| set("XDG_CACHE_HOME").filter(|d| d.is_absolute()).map(|d| d.join("sensorium")))
+        .or_else(|| home.map(|d| d.join(".cache").join("sensorium")))
 }
 
 /// Where the records of unfinished uploads (and their lock files) live.
@@ -134,6 +157,25 @@ impl ResumeState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_folder_is_read_as_a_user_means_it() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| OsString::from(*v))
+        };
+        let cwd = Some(PathBuf::from("/work/here"));
+        let dir = |pairs| cache_dir_in(env(pairs), cwd.clone());
+        assert_eq!(dir(&[("SENSORIUM_CACHE_DIR", "~/cache"), ("HOME", "/home/u")]), Some("/home/u/cache".into()));
+        assert_eq!(dir(&[("SENSORIUM_CACHE_DIR", "~"), ("HOME", "/home/u")]), Some("/home/u".into()));
+        assert_eq!(dir(&[("SENSORIUM_CACHE_DIR", "rel/c"), ("HOME", "/home/u")]), Some("/work/here/rel/c".into()));
+        assert_eq!(dir(&[("SENSORIUM_CACHE_DIR", "/abs"), ("HOME", "/home/u")]), Some("/abs".into()));
+        // Blank is unset; so is a `~` with no home to expand it to, and a relative XDG folder.
+        let fallback = Some(PathBuf::from("/home/u/.cache/sensorium"));
+        assert_eq!(dir(&[("SENSORIUM_CACHE_DIR", "  "), ("HOME", "/home/u")]), fallback);
+        assert_eq!(dir(&[("SENSORIUM_CACHE_DIR", ""), ("XDG_CACHE_HOME", "xdg"), ("HOME", "/home/u")]), fallback);
+        assert_eq!(dir(&[("SENSORIUM_CACHE_DIR", "~/c"), ("XDG_CACHE_HOME", "/x")]), Some("/x/sensorium".into()));
+        assert_eq!(dir(&[]), None);
+    }
 
     #[test]
     fn round_trip_and_fingerprint_changes() {

@@ -952,7 +952,9 @@ pub async fn read_body(mut response: Response, stall: Duration) -> Result<Bytes,
         match tokio::time::timeout(stall, response.chunk()).await.map_err(|_| stalled())? {
             Ok(Some(bytes)) => {
                 let buffer = body.get_or_insert_with(|| {
-                    let hint = response.content_length().unwrap_or(0) as usize;
+                    // The server's Content-Length is a hint, not a promise: one that claims a
+                    // petabyte must not have the process abort on allocating it.
+                    let hint = response.content_length().unwrap_or(0).min(PREALLOCATED_BODY) as usize;
                     let mut b = bytes::BytesMut::with_capacity(hint.max(first.len() + bytes.len()));
                     b.extend_from_slice(&first);
                     b
@@ -964,6 +966,10 @@ pub async fn read_body(mut response: Response, stall: Duration) -> Result<Bytes,
         }
     }
 }
+
+/// The most room `read_body` makes at once for a body, whatever its Content-Length says; a
+/// larger body still arrives whole, the buffer growing as it comes.
+const PREALLOCATED_BODY: u64 = 64 << 20;
 
 /// Why a key is refused: it never says what the key holds.
 const API_KEY_NOT_A_HEADER: &str =
