@@ -547,3 +547,11 @@ def test_command_line_flags() -> None:
 
     args = _parser().parse_args(["--session-ttl-sec", "5", "--lens-heartbeat-interval", "0.5", "--lens-status-style", "number"])
     assert (args.session_ttl_sec, args.lens_heartbeat_interval, args.lens_status_style) == (5.0, 0.5, "number")
+
+
+def test_the_session_endpoint_uses_the_address_the_emulator_was_reached_by(emu: Emulator) -> None:
+    """The lens socket behind a port mapping was handed out at the bound 127.0.0.1:<port>."""
+    lens_id = register(emu, [NOOP, SSE], "echo")
+    reply = call(emu, "POST", "/lens/sessions/create", {"lens_id": lens_id}, headers={"Host": "emulator.test:9000"})
+    record = reply.json()
+    assert record["session_endpoint"] == f"ws://emulator.test:9000/v0.5/lens/sessions/{record['session_id']}"

@@ -828,3 +828,15 @@ def test_controls_after_stop_say_the_emulator_is_stopped() -> None:
             control()
     assert emu.requests == []  # the log stays readable after stop
     emu.stop()
+
+
+def test_urls_handed_out_use_the_address_the_emulator_was_reached_by(emu: Emulator) -> None:
+    """Behind a port mapping (`docker run -p 9000:8080` of `--host 0.0.0.0`) or reached by
+    another name, part URLs gave the bound 127.0.0.1:<port>, which the client could not reach:
+    a direct upload failed after its initiate succeeded. The request's Host is their origin."""
+    body = {"filename": "a.csv", "file_type": "text/csv", "num_bytes": 5}
+    mapped = post_json(emu, "/files/uploads/initiate", body, headers={"Host": "emulator.test:9000"}).json()
+    assert mapped["parts"] and all(p["url"].startswith("http://emulator.test:9000/_storage/") for p in mapped["parts"])
+    # A Host that is no plain host[:port] is not written into URLs: the bound address is.
+    odd = post_json(emu, "/files/uploads/initiate", {**body, "filename": "b.csv"}, headers={"Host": "user@evil.test"})
+    assert all(p["url"].startswith(f"http://127.0.0.1:{emu.port}/") for p in odd.json()["parts"])

@@ -469,3 +469,33 @@ def test_a_query_whose_own_wait_expires_is_not_sent_again(client_kind):
         emu.inject("POST", "/query", status=504, times=1)
         run_on(client_kind, lambda c: c.query(REASONER, "hi"), api_key=emu.api_key, base_url=emu.base_url)
         assert [r.status for r in emu.requests if r.path.endswith("/query")][-2:] == [504, 200]
+
+
+def test_callers_refused_together_by_a_rate_limit_do_not_all_come_back_together():
+    """Thirty threads sharing a client, one query each, against 20 requests/s: the 429's
+    `retry-after-ms` was slept exactly, so the refused callers came back at the same instant,
+    were refused together again, and 8 of them spent their retries in 0.1 s. The backoff's
+    jitter now goes on top of the server's wait, and every caller gets its answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sensorium.testing import Emulator
+
+    with Emulator(rate_limit=20) as emu, emu.client() as client:
+        with ThreadPoolExecutor(30) as pool:
+            answers = list(pool.map(lambda i: client.query(REASONER, f"q{i}").text, range(30)))
+        refused = [r for r in emu.requests if r.path.endswith("/query") and r.status == 429]
+    assert len(answers) == 30 and all(answers)
+    assert refused, "the limit never refused a request: the test no longer tests the stampede"
+
+
+def test_polls_of_waits_started_together_are_spread():
+    """A hundred gathered waits polled in lockstep: a hundred GETs at each step."""
+    from itertools import islice
+
+    from sensorium._waiting import FIRST_POLL_SECONDS, POLL_GROWTH, _poll_delays
+
+    first, second = list(islice(_poll_delays(), 8)), list(islice(_poll_delays(), 8))
+    assert first != second
+    for step, delay in enumerate(first):
+        nominal = FIRST_POLL_SECONDS * POLL_GROWTH ** step
+        assert 0.75 * nominal <= delay <= nominal

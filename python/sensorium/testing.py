@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence, Typ
 
 from sensorium._arguments import strings
 from sensorium._core import EmulatorServer
+from sensorium.emulator import raise_open_file_limit
 
 if TYPE_CHECKING:
     from sensorium import AsyncClient, Client
@@ -152,6 +153,7 @@ class Emulator:
             with Emulator(rate_limit=20, max_query_size_mb=0.04) as emu:
                 ...   # 429 past 20 requests/s; a (4, 1024) window in one request gets 413
         """
+        raise_open_file_limit()
         self._server = EmulatorServer(
             port=port,
             query_delay=query_delay,

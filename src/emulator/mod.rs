@@ -20,6 +20,7 @@ mod lens;
 mod models;
 mod options;
 mod paging;
+mod public_origin;
 mod query;
 mod rate_limit;
 mod recorder;

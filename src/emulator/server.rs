@@ -27,6 +27,7 @@ use tower::ServiceExt;
 
 use super::auth;
 use super::faults::FaultAction;
+use super::public_origin;
 use super::recorder::{
     attempt_from_header, redact_header, redact_keys, redact_keys_in_text, redact_keys_in_url_part, RecordedRequest,
     BODY_CAPTURE_LIMIT,
@@ -154,7 +155,8 @@ impl Capture {
 }
 
 async fn call(app: Router, req: Request<Body>) -> Response<Body> {
-    match app.oneshot(req).await {
+    let origin = public_origin::of_request(req.headers());
+    match public_origin::within(origin, app.oneshot(req)).await {
         Ok(response) => response,
         Err(never) => match never {},
     }

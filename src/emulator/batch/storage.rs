@@ -18,6 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use super::store::OutputRec;
 use crate::emulator::agents::store::timestamp;
 use crate::emulator::files::direct::signing::Denied;
+use crate::emulator::public_origin;
 use crate::emulator::files::direct::storage::{now_unix, signed_params, xml_error};
 use crate::emulator::state::Shared;
 
@@ -30,9 +31,9 @@ const OUTPUT_PART: u32 = 0;
 pub(crate) fn presign(shared: &Shared, output: &OutputRec) -> (String, String) {
     let expires = now_unix() + OUTPUT_URL_TTL.as_secs();
     let signature = shared.batch.signer.sign(&output.id, OUTPUT_PART, expires);
-    let mut url = match url::Url::parse(&shared.storage_origin) {
+    let mut url = match url::Url::parse(&public_origin::current(shared)) {
         Ok(url) => url,
-        // The origin is built by the emulator from its own socket address, so it always parses.
+        // The origin is the emulator's own socket address or a checked `Host`, so it parses.
         Err(_) => return (String::new(), String::new()),
     };
     if let Ok(mut segments) = url.path_segments_mut() {

@@ -18,6 +18,7 @@ use super::lenses::{with_defaults, LensRec};
 use super::pipeline::{entries, Pipeline};
 use super::session::Session;
 use super::{socket, sse};
+use crate::emulator::public_origin;
 use crate::emulator::api_error::ApiError;
 use crate::emulator::app::API_PREFIX;
 use crate::emulator::auth;
@@ -54,9 +55,10 @@ pub(crate) fn session_not_found(id: &str) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "session_not_found", format!("Session '{id}' was not found."))
 }
 
-/// `ws://HOST:PORT/v0.5/lens/sessions/<id>`.
+/// `ws://HOST:PORT/v0.5/lens/sessions/<id>`, at the address the caller reached the emulator by.
 pub(crate) fn endpoint(shared: &Shared, id: &str) -> String {
-    let origin = shared.storage_origin.strip_prefix("http").unwrap_or(&shared.storage_origin);
+    let origin = public_origin::current(shared);
+    let origin = origin.strip_prefix("http").unwrap_or(&origin);
     format!("ws{origin}{API_PREFIX}/lens/sessions/{id}")
 }
 

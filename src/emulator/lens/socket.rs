@@ -23,6 +23,7 @@ use super::routes::{endpoint, outputs_json, read_file, session_not_found};
 use super::session::{now, Session};
 use crate::emulator::api_error::ApiError;
 use crate::emulator::auth;
+use crate::emulator::public_origin;
 use crate::emulator::state::Shared;
 
 pub(crate) const EVENT_PROTOCOL: &str = "event-protocol-v1";
@@ -55,7 +56,11 @@ pub(crate) async fn connect(
         Ok(u) => u,
         Err(rejection) => return Ok(rejection.into_response()),
     };
-    Ok(upgrade.protocols([EVENT_PROTOCOL]).on_upgrade(move |socket| serve(socket, shared, org, session)))
+    // The socket is served in a task of its own: it keeps the origin its upgrade request used.
+    let origin = public_origin::current(&shared);
+    Ok(upgrade
+        .protocols([EVENT_PROTOCOL])
+        .on_upgrade(move |socket| public_origin::within(Some(origin), serve(socket, shared, org, session))))
 }
 
 async fn serve(mut socket: WebSocket, shared: Arc<Shared>, org: String, session: Arc<Session>) {

@@ -16,6 +16,7 @@ use bytes::Bytes;
 
 use super::registry::PartWrite;
 use super::signing::Denied;
+use crate::emulator::public_origin;
 use crate::emulator::state::Shared;
 
 pub(crate) const STORAGE_PREFIX: &str = "/_storage";
@@ -34,7 +35,7 @@ pub(crate) fn part_url(shared: &Shared, upload_id: &str, n: u32, expires: u64) -
     let signature = shared.url_signer.sign(upload_id, n, expires);
     format!(
         "{}{STORAGE_PREFIX}/{upload_id}/{n}?expires={expires}&signature={signature}",
-        shared.storage_origin
+        public_origin::current(shared)
     )
 }
 
