@@ -267,6 +267,55 @@ def test_an_output_without_a_ref_or_name_costs_only_that_file(call, tmp_path):
     assert "ref" in str(info.value.failed["out_1"]) and "filename" in str(info.value.failed["out_3"])
 
 
+@pytest.mark.parametrize("data, field", [
+    ({"filename": 123}, "data.filename"), ({"filename": ["a.csv"]}, "data.filename"), ({"ref": 5}, "data.ref"),
+    ({"ref": {"u": 1}}, "data.ref"), ({"ref": ["/files/download/a.csv"]}, "data.ref"), ("hello", "data"),
+    (["x"], "data"),
+], ids=["filename-int", "filename-list", "ref-int", "ref-dict", "ref-list", "data-str", "data-list"])
+def test_an_output_whose_fields_have_the_wrong_json_type_costs_only_that_file(call, tmp_path, data, field):
+    """A `filename` or `ref` of another JSON type, or a `data` that is no object, raised a bare
+    TypeError or AttributeError from inside the SDK, and nothing was downloaded. It is the
+    server's data, as a missing name is: that file fails with a validation error naming the field,
+    and the others are written."""
+    with Storage([("out_1", "a.csv"), ("out_2", "b.csv")]) as storage:
+        plain = storage.record
+
+        def record(output_id: str, filename: str) -> dict[str, Any]:
+            listed = plain(output_id, filename)
+            if output_id == "out_1":
+                listed["data"] = {**listed["data"], **data} if isinstance(data, dict) else data
+            return listed
+
+        storage.record = record  # type: ignore[method-assign]
+        with pytest.raises(APIResponseValidationError, match="out_1") as info:
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path / "y"))
+    assert info.value.written == [tmp_path / "y" / "b.csv"]
+    assert sorted(p.name for p in (tmp_path / "y").iterdir()) == ["b.csv"]
+    assert list(info.value.failed) == ["out_1"]
+    failure = info.value.failed["out_1"]
+    assert isinstance(failure, APIResponseValidationError) and repr(field) in str(failure), str(failure)
+    assert "out_1" in (failure.body or ""), "the record's JSON is kept"
+
+
+def test_a_fresh_listing_with_a_record_of_the_wrong_shape_keeps_the_old_ref(call, tmp_path):
+    """An expired URL is listed afresh; a record of that listing whose `ref` is now of another
+    type gives no fresh URL (the old one is tried again) rather than a bare TypeError."""
+    with Storage([("out_1", "a.csv"), ("out_2", "b.csv")], expire={"b.csv"}) as storage:
+        plain = storage.record
+
+        def record(output_id: str, filename: str) -> dict[str, Any]:
+            listed = plain(output_id, filename)
+            if storage.listings > 1 and output_id == "out_2":
+                listed["data"]["ref"] = 7
+            return listed
+
+        storage.record = record  # type: ignore[method-assign]
+        with pytest.raises(PermissionDeniedError) as info:
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path))
+        assert storage.listings == 2
+    assert info.value.written == [tmp_path / "a.csv"] and list(info.value.failed) == ["out_2"]
+
+
 @pytest.mark.parametrize("name", ["..", ".", "nested/..", "/"])
 def test_a_server_name_that_names_no_file_costs_only_that_file(call, tmp_path, name):
     """`..` as a listed filename gave a bare OSError (the folder's parent is a folder); it is the
