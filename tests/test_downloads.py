@@ -104,6 +104,40 @@ def test_server_names_stay_in_the_folder_and_never_overwrite_each_other(call, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["escape.csv", "same.csv", "same__out_c.csv"]
 
 
+@pytest.mark.parametrize("size", [5_000, 6 * 1024 * 1024], ids=["in-memory", "streamed-to-disk"])
+def test_a_server_named_file_replaces_a_link_in_the_folder_and_never_writes_through_it(client_kind, tmp_path, size):
+    """A link the user keeps in the output folder (`latest.csv -> ../elsewhere/model-config.yaml`)
+    had an output the server named `latest.csv` written through it: the bytes (and the temporary
+    file) landed outside the folder, over the link's target; a dangling link created its target
+    wherever it pointed. A name the server chose stays in the folder: the link itself is
+    replaced by the downloaded file."""
+    folder, elsewhere = tmp_path / "predictions", tmp_path / "elsewhere"
+    folder.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "model-config.yaml").write_text("precious: true\n")
+    (folder / "latest.csv").symlink_to("../elsewhere/model-config.yaml")
+    (folder / "gone.csv").symlink_to(elsewhere / "made-by-the-server.txt")
+    (folder / "loop.csv").symlink_to("loop.csv")
+    names = ["latest.csv", "gone.csv", "loop.csv"]
+    listing = {"data": [{"id": f"out_{i}", "data": {"ref": f"/files/download/{name}", "filename": name}}
+                        for i, name in enumerate(names)], "has_more": False}
+
+    def script(head: bytes) -> list[Any]:
+        if b"/outputs" in head.split(b"\r\n")[0]:
+            return [response(200, json.dumps(listing).encode())]
+        return [response(200, b"r" * size)]
+
+    with FakeServer(script) as server:
+        paths = run_on(client_kind, lambda c: c.batch.jobs.download_outputs("job_1", folder),
+                       api_key="k", base_url=server.base_url, max_retries=0)
+    assert paths == [folder / name for name in names]
+    for path in paths:
+        assert not path.is_symlink() and path.read_bytes() == b"r" * size
+    assert [p.name for p in elsewhere.iterdir()] == ["model-config.yaml"], "nothing is written outside the folder"
+    assert (elsewhere / "model-config.yaml").read_text() == "precious: true\n"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(names)
+
+
 def test_windows_style_server_names_stay_in_the_folder_on_every_system(call, tmp_path):
     outputs = [("out_a", "..\\..\\Windows\\evil.dll"), ("out_b", "C:\\Users\\Public\\drive.csv"), ("out_c", "sub\\x.csv")]
     with Storage(outputs) as storage:

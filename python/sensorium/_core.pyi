@@ -160,6 +160,7 @@ class CoreClient:
         surface: str,
         items: list[tuple[str, str, int | None]],
         concurrency: int,
+        follow_links: bool,
         progress: Progress,
         tick: Callable[[], Any] | None,
         asynchronous: bool,

@@ -186,7 +186,9 @@ def download_listed(
     progress: bool,
 ) -> Operation[list[Path]]:
     """Every file ``listing`` names, into ``directory`` (created when missing); the paths in
-    listing order; relative refs resolve against ``surface``'s base URL. When some files fail for
+    listing order; relative refs resolve against ``surface``'s base URL. A symbolic link in
+    ``directory`` under a listed name is replaced by the file, not written through: the server
+    chose the names, and the bytes stay in the folder. When some files fail for
     good (a record with no ref or filename among them), the others are still written and the first
     failure is raised, told the whole outcome (see ``_summary``); a listing's bad record is the
     server's data, never blamed on the caller's arguments."""
@@ -200,7 +202,10 @@ def download_listed(
 
     def fetch(indices: list[int]) -> Native[list[Any]]:
         items = [(refs[i], os.fspath(paths[i] or ""), records[i].num_bytes) for i in indices]
-        return Native("download_many", (surface, items, in_flight), (on_progress, progress, directory.name or "files"))
+        # follow_links=False: the server chose these names, so a link the folder holds under one is
+        # replaced, never written through to wherever it points.
+        return Native("download_many", (surface, items, in_flight, False),
+                      (on_progress, progress, directory.name or "files"))
 
     usable = [i for i, path in enumerate(paths) if path is not None]
     outcomes: list[Any] = [None if isinstance(source, tuple) else source for source in sources]
