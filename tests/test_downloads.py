@@ -462,6 +462,40 @@ def _wait_for_partial(folder: Any, child: Any) -> list[str]:
     return _partials(folder)
 
 
+_DOWNLOAD_INTO = r"""
+import sys, sensorium
+with sensorium.Client(api_key="k", base_url=sys.argv[1], max_retries=0) as client:
+    client.files.download("small.txt", sys.argv[2])
+"""
+
+
+def test_a_listed_name_like_a_download_partial_is_renamed_and_survives_the_next_download(client_kind, tmp_path):
+    """An output listed as `.sensorium-download-q1.partial` was written under that name, and the
+    next process to download into the folder deleted it as a dead download's temporary file. The
+    prefix is sensorium's own: such a name is renamed (with the output's id, as a duplicate is)."""
+    import subprocess
+    import sys
+
+    names = [".sensorium-download-q1.partial", ".sensorium-download-", "sensorium-download-q1__out_1.partial"]
+    listing = {"data": [{"id": f"out_{i + 1}", "data": {"ref": f"/files/download/f{i}", "filename": name}}
+                        for i, name in enumerate(names)], "has_more": False}
+
+    def script(head: bytes) -> list[Any]:
+        if b"/outputs" in head.split(b"\r\n")[0]:
+            return [response(200, json.dumps(listing).encode())]
+        return [response(200, head.split(b" ")[1].rsplit(b"/", 1)[-1])]
+
+    with FakeServer(script) as server:
+        paths = run_on(client_kind, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path),
+                       api_key="k", base_url=server.base_url, max_retries=0)
+        assert not any(p.name.startswith(".sensorium-download-") for p in paths), paths
+        assert len({p.name for p in paths}) == 3 and paths[2].name == names[2], "a name the server gave is kept"
+        assert all("out_" in p.name for p in paths[:2])
+        subprocess.run([sys.executable, "-c", _DOWNLOAD_INTO, server.base_url, str(tmp_path)], check=True, timeout=120)
+    assert [p.read_bytes() for p in paths] == [b"f0", b"f1", b"f2"], "the next download removed none of them"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([p.name for p in paths] + ["small.txt"])
+
+
 def test_partials_of_killed_downloads_are_removed_and_live_ones_kept(tmp_path):
     """A download killed with SIGKILL cannot remove its temporary file; the next download into
     that folder does, but never the one a live download (another process) is writing."""

@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Optional, Protocol, TypeVar, cast
 
 from ._arguments import flag
+from ._core import DOWNLOAD_PARTIAL_PREFIX
 from ._endpoints import CollectList, ListRequest, Native, Operation, Surface
 from ._progress import ProgressCallback
 from .errors import (
@@ -114,12 +115,15 @@ def _targets(records: list[L], names: list[str], directory: Path) -> list[Option
     ``directory``; ``None`` for a record without one. A name listed twice gets the record's id
     before its suffix (and a count after it while that is taken too), so no file overwrites
     another, whatever names the listing holds. Every first use of a name is reserved before any
-    renaming, so a renamed file never takes a name the server gave another."""
+    renaming, so a renamed file never takes a name the server gave another. A name in the prefix
+    of sensorium's temporary download files is renamed so too, less its leading dot: kept, the
+    next download into the folder would remove the file as a dead download's leftover."""
     taken: set[str] = set()
     keeps: list[bool] = []
     for name in names:
-        keeps.append(bool(name) and _same_on_disk(name) not in taken)
-        if name:
+        ours = name.startswith(DOWNLOAD_PARTIAL_PREFIX)
+        keeps.append(bool(name) and not ours and _same_on_disk(name) not in taken)
+        if name and not ours:
             taken.add(_same_on_disk(name))
     paths: list[Optional[Path]] = []
     for record, name, keep in zip(records, names, keeps):
@@ -128,6 +132,8 @@ def _targets(records: list[L], names: list[str], directory: Path) -> list[Option
             continue
         if not keep:
             stem, suffix = PurePosixPath(name).stem, PurePosixPath(name).suffix
+            if name.startswith(DOWNLOAD_PARTIAL_PREFIX):
+                stem = stem.removeprefix(".")
             tag = re.sub(r"[^A-Za-z0-9_.-]", "_", record.id)
             name, n = f"{stem}__{tag}{suffix}", 2
             while _same_on_disk(name) in taken:

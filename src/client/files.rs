@@ -563,8 +563,9 @@ fn partial_beside(dir: &Path, dest: &Path, shown: &str) -> Result<tempfile::Name
 const PARTIAL_ATTEMPTS: usize = 8;
 
 /// The prefix and suffix of a download's temporary file (hidden, and told apart from the
-/// user's files by both).
-const PARTIAL_PREFIX: &str = ".sensorium-download-";
+/// user's files by both). The prefix is reserved: a name a server lists is never written under
+/// it (the Python side renames it), or the next sweep would take the file for a dead partial.
+pub const PARTIAL_PREFIX: &str = ".sensorium-download-";
 const PARTIAL_SUFFIX: &str = ".partial";
 
 /// Whether `file` still has a name (a sweep did not remove it before it was locked).
