@@ -97,7 +97,12 @@ class _BaseClient:
         return self._options.max_retries
 
     def __repr__(self) -> str:
-        if isinstance(self._core, ClosedCore):
+        # A constructor that raised (no key, a bad option) leaves a client without a core, which
+        # tracebacks shown with their locals (pytest --showlocals, rich) still repr.
+        core = getattr(self, "_core", None)
+        if core is None:
+            return f"{type(self).__name__}(not configured)"
+        if isinstance(core, ClosedCore):
             return f"{type(self).__name__}(closed)"
         return f"{type(self).__name__}(base_url={self.base_url!r})"
 
