@@ -268,6 +268,18 @@ def test_bad_concurrency_is_refused_before_sending(call, tmp_path, concurrency, 
     assert not (tmp_path / "x").exists()
 
 
+def test_a_progress_bar_without_tqdm_is_refused_before_sending(call, tmp_path, monkeypatch):
+    """Without tqdm, `progress=True` listed the outputs (a GET) before saying it needs tqdm; the
+    README promises argument checks before anything is read or sent."""
+    monkeypatch.setitem(__import__("sys").modules, "tqdm", None)  # as if not installed
+    monkeypatch.setitem(__import__("sys").modules, "tqdm.auto", None)
+    with Storage([("out_1", "a.csv")]) as storage:
+        with pytest.raises(InvalidArgumentError, match="tqdm"):
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path / "x", progress=True))
+        assert storage.server.requests == []
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_renamed_duplicate_never_takes_a_name_another_output_has(call, tmp_path):
     """`a.csv` listed twice: the second became `a__out_3.csv` without a look at the other names,
     and overwrote the output the server named so. Names are compared as a case-insensitive file

@@ -15,7 +15,7 @@ from typing import Any, Optional, Protocol, TypeVar, cast
 from ._arguments import flag
 from ._core import DOWNLOAD_PARTIAL_PREFIX
 from ._endpoints import CollectList, ListRequest, Native, Operation, Surface
-from ._progress import ProgressCallback
+from ._progress import ProgressCallback, bar_class
 from .errors import (
     APIResponseValidationError, APIStatusError, DownloadError, InvalidArgumentError, _download_error,
 )
@@ -199,7 +199,8 @@ def download_listed(
     failure is raised, told the whole outcome (see ``_summary``); a listing's bad record is the
     server's data, never blamed on the caller's arguments."""
     in_flight = concurrency_of(concurrency)
-    flag(progress, "progress", optional=False)
+    if flag(progress, "progress", optional=False):
+        bar_class("on_progress")  # tqdm's absence is told before the listing is read
     records: list[L] = yield CollectList(listing)
     sources = _sources(records)
     paths = _targets(records, [source[1] if isinstance(source, tuple) else "" for source in sources], directory)
