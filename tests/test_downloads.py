@@ -70,6 +70,19 @@ class Storage:
         self.server.close()
 
 
+def _outputs_server(names: list[str], body: Callable[[bytes], bytes]) -> FakeServer:
+    """A server listing one output per name (ids `out_1`, `out_2`..., refs `/files/download/f0`,
+    `/files/download/f1`...) that answers each file with `body(the path asked for)`."""
+    listing = {"data": [{"id": f"out_{i + 1}", "data": {"ref": f"/files/download/f{i}", "filename": name}}
+                        for i, name in enumerate(names)], "has_more": False}
+
+    def script(head: bytes) -> list[Any]:
+        path = head.split(b" ")[1]
+        return [response(200, json.dumps(listing).encode() if b"/outputs" in path else body(path))]
+
+    return FakeServer(script)
+
+
 @pytest.fixture
 def call(client_kind: str) -> Callable[..., Any]:
     return lambda base_url, operation: run_on(client_kind, operation, api_key="sk-secret-key", base_url=base_url,
@@ -119,15 +132,7 @@ def test_a_server_named_file_replaces_a_link_in_the_folder_and_never_writes_thro
     (folder / "gone.csv").symlink_to(elsewhere / "made-by-the-server.txt")
     (folder / "loop.csv").symlink_to("loop.csv")
     names = ["latest.csv", "gone.csv", "loop.csv"]
-    listing = {"data": [{"id": f"out_{i}", "data": {"ref": f"/files/download/{name}", "filename": name}}
-                        for i, name in enumerate(names)], "has_more": False}
-
-    def script(head: bytes) -> list[Any]:
-        if b"/outputs" in head.split(b"\r\n")[0]:
-            return [response(200, json.dumps(listing).encode())]
-        return [response(200, b"r" * size)]
-
-    with FakeServer(script) as server:
+    with _outputs_server(names, lambda _: b"r" * size) as server:
         paths = run_on(client_kind, lambda c: c.batch.jobs.download_outputs("job_1", folder),
                        api_key="k", base_url=server.base_url, max_retries=0)
     assert paths == [folder / name for name in names]
@@ -489,15 +494,7 @@ def test_a_listed_name_like_a_download_partial_is_renamed_and_survives_the_next_
     import sys
 
     names = [".sensorium-download-q1.partial", ".sensorium-download-", "sensorium-download-q1__out_1.partial"]
-    listing = {"data": [{"id": f"out_{i + 1}", "data": {"ref": f"/files/download/f{i}", "filename": name}}
-                        for i, name in enumerate(names)], "has_more": False}
-
-    def script(head: bytes) -> list[Any]:
-        if b"/outputs" in head.split(b"\r\n")[0]:
-            return [response(200, json.dumps(listing).encode())]
-        return [response(200, head.split(b" ")[1].rsplit(b"/", 1)[-1])]
-
-    with FakeServer(script) as server:
+    with _outputs_server(names, lambda ref: ref.rsplit(b"/", 1)[-1]) as server:
         paths = run_on(client_kind, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path),
                        api_key="k", base_url=server.base_url, max_retries=0)
         assert not any(p.name.startswith(".sensorium-download-") for p in paths), paths
