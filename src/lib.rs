@@ -16,6 +16,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The statuses the retry rule retries, for the Python code that follows the same rule
     // (`wait` riding out failed polls) instead of keeping a copy of the list.
     m.add("RETRYABLE_STATUSES", client::error::RETRYABLE_STATUSES.to_vec())?;
+    // The prefix of a download's temporary files, which the names a server lists must not take.
+    m.add("DOWNLOAD_PARTIAL_PREFIX", client::files::PARTIAL_PREFIX)?;
     m.add_class::<bindings::client::CoreClient>()?;
     m.add_class::<bindings::results::QueryResult>()?;
     m.add_class::<bindings::results::Embeddings>()?;

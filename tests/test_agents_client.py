@@ -419,6 +419,36 @@ def test_a_run_answered_without_a_usable_id_is_refused_saying_it_may_have_starte
     assert "'id'" in str(info.value) and "may have" not in str(info.value)
 
 
+def test_download_results_with_results_of_the_wrong_shape_writes_the_others(call, tmp_path):
+    """A result whose `data` is no object, or whose `filename` or `ref` is of another JSON type,
+    raised a bare AttributeError or TypeError and nothing was written: each such result fails
+    alone, with a validation error naming the field."""
+    results = [{"id": "res_1", "data": "oops"}, {"id": "res_2", "data": {"ref": ["/files/download/a"], "filename": "a"}},
+               {"id": "res_3", "data": {"ref": "/files/download/c.csv", "filename": 7}},
+               {"id": "res_4", "data": {"ref": "/files/download/d.csv", "filename": "d.csv"}}]
+    table = {"GET /v0.5/agents/instances/agt_1/results": ok({"data": results, "has_more": False}),
+             "GET /v0.5/files/download/d.csv": lambda: response(200, b"d")}
+    with FakeServer(routes(table)) as server:
+        with pytest.raises(APIResponseValidationError) as info:
+            call(server.base_url, lambda c: c.agents.instances.download_results("agt_1", tmp_path))
+    assert info.value.written == [tmp_path / "d.csv"] and (tmp_path / "d.csv").read_bytes() == b"d"
+    failed = info.value.failed
+    assert list(failed) == ["res_1", "res_2", "res_3"]
+    assert "'data'" in str(failed["res_1"]) and "'data.ref'" in str(failed["res_2"])
+    assert "'data.filename'" in str(failed["res_3"])
+
+
+def test_result_fields_of_the_wrong_type_name_the_field():
+    from sensorium.types import AgentResult
+
+    for data, field in [("oops", "'data'"), ({"filename": 7}, "'data.filename'"), ({"ref": {"u": 1}}, "'data.ref'")]:
+        result = AgentResult.from_dict({"id": "res_1", "data": data})
+        with pytest.raises(APIResponseValidationError, match=field):
+            result.filename if "ref" not in field else result.ref
+    assert AgentResult.from_dict({"id": "res_1", "data": None}).filename is None
+    assert AgentResult.from_dict({"id": "res_1", "data": {"num_bytes": "12"}}).num_bytes is None
+
+
 def test_download_results_follows_presigned_urls_without_the_key(call, tmp_path):
     from urllib.parse import urlsplit as split
 

@@ -97,6 +97,22 @@ def test_missing_both_names_all_four(no_env):
         assert needle in msg
 
 
+@pytest.mark.parametrize("cls", [sensorium.Client, sensorium.AsyncClient])
+@pytest.mark.parametrize("arguments", [{}, {"api_key": "sk-x", "base_url": "http://127.0.0.1:1", "max_retries": -1}],
+                         ids=["no-key", "bad-option"])
+def test_a_client_whose_construction_failed_can_be_shown_with_its_locals(no_env, cls, arguments):
+    """The most common first error (no SENSORIUM_API_KEY) could not be shown in a traceback with
+    locals (pytest --showlocals, rich, IDEs): the half-built client's repr raised AttributeError
+    from inside sensorium. Its repr works at any point of construction."""
+    import traceback
+
+    with pytest.raises(SensoriumError) as info:
+        cls(**arguments)
+    text = "".join(traceback.TracebackException.from_exception(info.value, capture_locals=True).format())
+    assert f"self = {cls.__name__}(not configured)" in text, text
+    assert repr(cls.__new__(cls)) == f"{cls.__name__}(not configured)"
+
+
 def test_blank_values_count_as_missing(no_env, monkeypatch):
     monkeypatch.setenv("SENSORIUM_API_KEY", "   ")
     with pytest.raises(ConfigurationError, match="SENSORIUM_API_KEY"):

@@ -70,6 +70,19 @@ class Storage:
         self.server.close()
 
 
+def _outputs_server(names: list[str], body: Callable[[bytes], bytes]) -> FakeServer:
+    """A server listing one output per name (ids `out_1`, `out_2`..., refs `/files/download/f0`,
+    `/files/download/f1`...) that answers each file with `body(the path asked for)`."""
+    listing = {"data": [{"id": f"out_{i + 1}", "data": {"ref": f"/files/download/f{i}", "filename": name}}
+                        for i, name in enumerate(names)], "has_more": False}
+
+    def script(head: bytes) -> list[Any]:
+        path = head.split(b" ")[1]
+        return [response(200, json.dumps(listing).encode() if b"/outputs" in path else body(path))]
+
+    return FakeServer(script)
+
+
 @pytest.fixture
 def call(client_kind: str) -> Callable[..., Any]:
     return lambda base_url, operation: run_on(client_kind, operation, api_key="sk-secret-key", base_url=base_url,
@@ -102,6 +115,32 @@ def test_server_names_stay_in_the_folder_and_never_overwrite_each_other(call, tm
     assert [p.name for p in paths] == ["escape.csv", "same.csv", "same__out_c.csv"]
     assert all(p.parent == tmp_path for p in paths)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["escape.csv", "same.csv", "same__out_c.csv"]
+
+
+@pytest.mark.parametrize("size", [5_000, 6 * 1024 * 1024], ids=["in-memory", "streamed-to-disk"])
+def test_a_server_named_file_replaces_a_link_in_the_folder_and_never_writes_through_it(client_kind, tmp_path, size):
+    """A link the user keeps in the output folder (`latest.csv -> ../elsewhere/model-config.yaml`)
+    had an output the server named `latest.csv` written through it: the bytes (and the temporary
+    file) landed outside the folder, over the link's target; a dangling link created its target
+    wherever it pointed. A name the server chose stays in the folder: the link itself is
+    replaced by the downloaded file."""
+    folder, elsewhere = tmp_path / "predictions", tmp_path / "elsewhere"
+    folder.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "model-config.yaml").write_text("precious: true\n")
+    (folder / "latest.csv").symlink_to("../elsewhere/model-config.yaml")
+    (folder / "gone.csv").symlink_to(elsewhere / "made-by-the-server.txt")
+    (folder / "loop.csv").symlink_to("loop.csv")
+    names = ["latest.csv", "gone.csv", "loop.csv"]
+    with _outputs_server(names, lambda _: b"r" * size) as server:
+        paths = run_on(client_kind, lambda c: c.batch.jobs.download_outputs("job_1", folder),
+                       api_key="k", base_url=server.base_url, max_retries=0)
+    assert paths == [folder / name for name in names]
+    for path in paths:
+        assert not path.is_symlink() and path.read_bytes() == b"r" * size
+    assert [p.name for p in elsewhere.iterdir()] == ["model-config.yaml"], "nothing is written outside the folder"
+    assert (elsewhere / "model-config.yaml").read_text() == "precious: true\n"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(names)
 
 
 def test_windows_style_server_names_stay_in_the_folder_on_every_system(call, tmp_path):
@@ -234,6 +273,18 @@ def test_bad_concurrency_is_refused_before_sending(call, tmp_path, concurrency, 
     assert not (tmp_path / "x").exists()
 
 
+def test_a_progress_bar_without_tqdm_is_refused_before_sending(call, tmp_path, monkeypatch):
+    """Without tqdm, `progress=True` listed the outputs (a GET) before saying it needs tqdm; the
+    README promises argument checks before anything is read or sent."""
+    monkeypatch.setitem(__import__("sys").modules, "tqdm", None)  # as if not installed
+    monkeypatch.setitem(__import__("sys").modules, "tqdm.auto", None)
+    with Storage([("out_1", "a.csv")]) as storage:
+        with pytest.raises(InvalidArgumentError, match="tqdm"):
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path / "x", progress=True))
+        assert storage.server.requests == []
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_renamed_duplicate_never_takes_a_name_another_output_has(call, tmp_path):
     """`a.csv` listed twice: the second became `a__out_3.csv` without a look at the other names,
     and overwrote the output the server named so. Names are compared as a case-insensitive file
@@ -265,6 +316,55 @@ def test_an_output_without_a_ref_or_name_costs_only_that_file(call, tmp_path):
     assert list(info.value.failed) == ["out_1", "out_3"] and "2 of 3" in str(info.value)
     assert all(isinstance(e, APIResponseValidationError) for e in info.value.failed.values())
     assert "ref" in str(info.value.failed["out_1"]) and "filename" in str(info.value.failed["out_3"])
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"filename": 123}, "data.filename"), ({"filename": ["a.csv"]}, "data.filename"), ({"ref": 5}, "data.ref"),
+    ({"ref": {"u": 1}}, "data.ref"), ({"ref": ["/files/download/a.csv"]}, "data.ref"), ("hello", "data"),
+    (["x"], "data"),
+], ids=["filename-int", "filename-list", "ref-int", "ref-dict", "ref-list", "data-str", "data-list"])
+def test_an_output_whose_fields_have_the_wrong_json_type_costs_only_that_file(call, tmp_path, data, field):
+    """A `filename` or `ref` of another JSON type, or a `data` that is no object, raised a bare
+    TypeError or AttributeError from inside the SDK, and nothing was downloaded. It is the
+    server's data, as a missing name is: that file fails with a validation error naming the field,
+    and the others are written."""
+    with Storage([("out_1", "a.csv"), ("out_2", "b.csv")]) as storage:
+        plain = storage.record
+
+        def record(output_id: str, filename: str) -> dict[str, Any]:
+            listed = plain(output_id, filename)
+            if output_id == "out_1":
+                listed["data"] = {**listed["data"], **data} if isinstance(data, dict) else data
+            return listed
+
+        storage.record = record  # type: ignore[method-assign]
+        with pytest.raises(APIResponseValidationError, match="out_1") as info:
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path / "y"))
+    assert info.value.written == [tmp_path / "y" / "b.csv"]
+    assert sorted(p.name for p in (tmp_path / "y").iterdir()) == ["b.csv"]
+    assert list(info.value.failed) == ["out_1"]
+    failure = info.value.failed["out_1"]
+    assert isinstance(failure, APIResponseValidationError) and repr(field) in str(failure), str(failure)
+    assert "out_1" in (failure.body or ""), "the record's JSON is kept"
+
+
+def test_a_fresh_listing_with_a_record_of_the_wrong_shape_keeps_the_old_ref(call, tmp_path):
+    """An expired URL is listed afresh; a record of that listing whose `ref` is now of another
+    type gives no fresh URL (the old one is tried again) rather than a bare TypeError."""
+    with Storage([("out_1", "a.csv"), ("out_2", "b.csv")], expire={"b.csv"}) as storage:
+        plain = storage.record
+
+        def record(output_id: str, filename: str) -> dict[str, Any]:
+            listed = plain(output_id, filename)
+            if storage.listings > 1 and output_id == "out_2":
+                listed["data"]["ref"] = 7
+            return listed
+
+        storage.record = record  # type: ignore[method-assign]
+        with pytest.raises(PermissionDeniedError) as info:
+            call(storage.server.base_url, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path))
+        assert storage.listings == 2
+    assert info.value.written == [tmp_path / "a.csv"] and list(info.value.failed) == ["out_2"]
 
 
 @pytest.mark.parametrize("name", ["..", ".", "nested/..", "/"])
@@ -377,6 +477,32 @@ def _wait_for_partial(folder: Any, child: Any) -> list[str]:
         assert time.monotonic() < deadline, "the child never started writing"
         time.sleep(0.05)
     return _partials(folder)
+
+
+_DOWNLOAD_INTO = r"""
+import sys, sensorium
+with sensorium.Client(api_key="k", base_url=sys.argv[1], max_retries=0) as client:
+    client.files.download("small.txt", sys.argv[2])
+"""
+
+
+def test_a_listed_name_like_a_download_partial_is_renamed_and_survives_the_next_download(client_kind, tmp_path):
+    """An output listed as `.sensorium-download-q1.partial` was written under that name, and the
+    next process to download into the folder deleted it as a dead download's temporary file. The
+    prefix is sensorium's own: such a name is renamed (with the output's id, as a duplicate is)."""
+    import subprocess
+    import sys
+
+    names = [".sensorium-download-q1.partial", ".sensorium-download-", "sensorium-download-q1__out_1.partial"]
+    with _outputs_server(names, lambda ref: ref.rsplit(b"/", 1)[-1]) as server:
+        paths = run_on(client_kind, lambda c: c.batch.jobs.download_outputs("job_1", tmp_path),
+                       api_key="k", base_url=server.base_url, max_retries=0)
+        assert not any(p.name.startswith(".sensorium-download-") for p in paths), paths
+        assert len({p.name for p in paths}) == 3 and paths[2].name == names[2], "a name the server gave is kept"
+        assert all("out_" in p.name for p in paths[:2])
+        subprocess.run([sys.executable, "-c", _DOWNLOAD_INTO, server.base_url, str(tmp_path)], check=True, timeout=120)
+    assert [p.read_bytes() for p in paths] == [b"f0", b"f1", b"f2"], "the next download removed none of them"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([p.name for p in paths] + ["small.txt"])
 
 
 def test_partials_of_killed_downloads_are_removed_and_live_ones_kept(tmp_path):

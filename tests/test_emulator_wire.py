@@ -728,9 +728,14 @@ def test_inject_still_takes_a_method_in_any_case_and_any_method(emu: Emulator) -
     (lambda: Emulator(upload_part_size=0), "upload_part_size", "at least 1"),
 ])
 def test_out_of_range_emulator_options_are_value_errors_naming_them(make: Any, argument: str, allowed: str) -> None:
+    import traceback
+
     with pytest.raises(ValueError, match=argument) as refused:
         make()
     assert allowed in str(refused.value)
+    # The half-built emulator is a local of the failed constructor: its repr must not raise there.
+    shown = "".join(traceback.TracebackException.from_exception(refused.value, capture_locals=True).format())
+    assert "self = Emulator(not started)" in shown
 
 
 @pytest.mark.parametrize(("control", "argument", "allowed"), [

@@ -234,6 +234,23 @@ def test_list_is_lazy_and_complete(emu, client, tmp_path):
     assert sorted(listed) == sorted(names) and len(listed) == len(set(listed))
 
 
+def test_to_pandas_without_pandas_says_so_before_reading_the_list(emu, client_kind, monkeypatch):
+    """Without pandas, `to_pandas()` fetched every page of the list (all of a large one) before
+    saying it needs pandas. The check comes first, on both clients."""
+    with emu.client() as setup:
+        setup.files.upload_base64("a.txt", b"a")
+    emu.clear_requests()
+    monkeypatch.setitem(__import__("sys").modules, "pandas", None)  # as if not installed
+
+    async def frame_async(c):
+        return await c.files.list(limit=1).to_pandas()
+
+    operation = (lambda c: c.files.list(limit=1).to_pandas()) if client_kind == "sync" else frame_async
+    with pytest.raises(InvalidArgumentError, match="needs pandas"):
+        run_on(client_kind, operation, api_key=emu.api_key, base_url=emu.base_url)
+    assert emu.requests == []
+
+
 def test_pages_by_hand(client, tmp_path):
     for i in range(5):
         client.files.upload(make(tmp_path, f"p{i}.txt", "x"))

@@ -424,6 +424,16 @@ def test_metrics_convert_with_to_pandas(call):
     assert list(frame["loss"]) == [0.9, 0.4] and list(frame.columns) == ["step", "loss"]
 
 
+@pytest.mark.parametrize("row", ["ab", 5, ["ab"], None])
+def test_a_metrics_row_that_is_no_object_is_a_validation_error(call, row):
+    """A row of another JSON type raised a bare ValueError or TypeError from inside the SDK, and a
+    list of pairs came back as a dict the server never sent."""
+    rows = {"data": [{"step": 1, "loss": 0.9}, row], "has_more": False}
+    with FakeServer(routes({"GET /v0.6/fine_tuning/jobs/ftj_1/metrics": lambda: rows})) as server:
+        with pytest.raises(APIResponseValidationError, match="metrics row"):
+            call(server.base_url, lambda c: c.fine_tuning.jobs.metrics("ftj_1"))
+
+
 def test_create_takes_a_checkpoint_record_as_checkpoint_id(call):
     """The batch checkpoint port takes a `Checkpoint`; `create(checkpoint_id=best)` was a TypeError."""
     with FakeServer(routes({"POST /v0.6/fine_tuning/jobs": lambda: JOB})) as server:

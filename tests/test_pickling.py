@@ -65,6 +65,25 @@ def test_unpickled_without_a_key_the_first_call_names_the_variable(emu, monkeypa
     assert emu.requests == []
 
 
+@pytest.mark.parametrize("cls", [sensorium.Client, sensorium.AsyncClient])
+@pytest.mark.parametrize("key, problem", [("", "is not set"), ("   ", "is blank"), ("\n", "is blank"),
+                                          ("ab\ncd", "line break"), ("sk-\x1bx", "line break")],
+                         ids=["empty", "spaces", "newline", "inner-newline", "control-character"])
+def test_unpickled_with_an_unusable_key_the_first_call_says_so(emu, monkeypatch, cls, key, problem):
+    """A blank or malformed key in the worker's environment made unpickling itself raise, which a
+    multiprocessing pool cannot deliver: the task was lost and its caller waited for ever. Every
+    unusable key is treated as a missing one: the client unpickles and its first call raises."""
+    original = cls(api_key=emu.api_key, base_url=emu.base_url)
+    monkeypatch.setenv("SENSORIUM_API_KEY", key)
+    client = pickle.loads(pickle.dumps(original))
+    assert client.base_url == original.base_url
+    with pytest.raises(ConfigurationError, match="SENSORIUM_API_KEY") as info:
+        client.files.info() if cls is sensorium.Client else asyncio.run(client.files.info())
+    assert problem in str(info.value)
+    assert not key.strip() or key.strip() not in str(info.value), "the key is never shown"
+    assert emu.requests == []
+
+
 def _embed_with(client):
     return client.embed(ENCODER, WINDOW).vectors.shape
 

@@ -24,6 +24,43 @@ async def test_async_fixture(sensorium_emulator, sensorium_async_client):
     assert len(calls(sensorium_emulator, "/query")) == 1
 
 
+def test_loading_the_plugin_loads_neither_sensorium_nor_numpy():
+    """pytest loads the plugin (a pytest11 entry point) in every project of the environment, and
+    it loaded all of sensorium with it (the native extension, numpy, asyncio, yaml), doubling the
+    start-up of a suite that never uses it. They load when a fixture is first used."""
+    import subprocess
+    import sys
+
+    code = ("import sys, sensorium.pytest_plugin as plugin\n"
+            "print(sorted(m for m in ('sensorium._core', 'sensorium._client', 'numpy', 'asyncio', 'yaml')"
+            " if m in sys.modules))\n"
+            "print(sorted(n for n in dir(plugin) if n.startswith('sensorium_')))")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert shown.stdout.splitlines() == ["[]", "['sensorium_async_client', 'sensorium_client', 'sensorium_emulator']"]
+
+
+def test_the_package_names_resolve_when_first_used():
+    """`import sensorium` loads its parts when a name is first used: every public name resolves,
+    `from sensorium import *` gives them all, and a name it lacks is an AttributeError."""
+    import subprocess
+    import sys
+
+    code = ("import sys, sensorium\n"
+            "assert 'sensorium._core' not in sys.modules\n"
+            "from sensorium import *\n"
+            "names = dict(globals())\n"
+            "assert all(names[n] is getattr(sensorium, n) for n in sensorium.__all__)\n"
+            "assert set(sensorium.__all__) <= set(dir(sensorium))\n"
+            "assert isinstance(sensorium.__version__, str) and sensorium.Client.__module__ == 'sensorium._client'\n"
+            "try:\n"
+            "    sensorium.not_a_name\n"
+            "except AttributeError as e:\n"
+            "    print(e)\n")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == "module 'sensorium' has no attribute 'not_a_name'"
+
+
 USER_SUITE = '''
 import pytest
 import sensorium

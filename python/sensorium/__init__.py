@@ -15,12 +15,18 @@ Example::
 For local work and tests, ``sensorium.testing.Emulator`` runs a local stand-in of the platform.
 """
 
-from . import errors, events, fine_tuning, types
-from ._client import AsyncClient, Client
-from ._core import __version__
-from ._windows import windows
-from .pagination import AsyncPager, Page, SyncPager
-from .types import Embeddings, FileRecord, Model, QueryResult
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from . import errors, events, fine_tuning, types
+    from ._client import AsyncClient, Client
+    from ._core import __version__
+    from ._windows import windows
+    from .pagination import AsyncPager, Page, SyncPager
+    from .types import Embeddings, FileRecord, Model, QueryResult
 
 __all__ = [
     "Client",
@@ -39,3 +45,28 @@ __all__ = [
     "windows",
     "__version__",
 ]
+
+# Where each public name lives, loaded when first used: pytest loads the plugin
+# (`sensorium.pytest_plugin`, and with it this package) in every project of the environment, and
+# the native extension, numpy and the rest would double the start-up of suites that never use it.
+_SOURCES = {
+    "Client": "._client", "AsyncClient": "._client", "QueryResult": ".types", "Embeddings": ".types",
+    "FileRecord": ".types", "Model": ".types", "Page": ".pagination", "SyncPager": ".pagination",
+    "AsyncPager": ".pagination", "windows": "._windows", "__version__": "._core",
+}
+_SUBMODULES = frozenset({"errors", "events", "fine_tuning", "types"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        value: Any = importlib.import_module(f".{name}", __name__)
+    elif name in _SOURCES:
+        value = getattr(importlib.import_module(_SOURCES[name], __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

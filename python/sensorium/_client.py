@@ -25,6 +25,7 @@ from ._options import (
 )
 from ._endpoints import AsyncRunner, SyncRunner
 from ._secrets import API_KEY_ENV
+from .errors import InvalidArgumentError
 from .pagination import AsyncPager
 from .resources import AsyncFiles, AsyncModels, Files, Models
 from .resources.agents import Agents, AsyncAgents
@@ -97,7 +98,12 @@ class _BaseClient:
         return self._options.max_retries
 
     def __repr__(self) -> str:
-        if isinstance(self._core, ClosedCore):
+        # A constructor that raised (no key, a bad option) leaves a client without a core, which
+        # tracebacks shown with their locals (pytest --showlocals, rich) still repr.
+        core = getattr(self, "_core", None)
+        if core is None:
+            return f"{type(self).__name__}(not configured)"
+        if isinstance(core, ClosedCore):
             return f"{type(self).__name__}(closed)"
         return f"{type(self).__name__}(base_url={self.base_url!r})"
 
@@ -128,15 +134,24 @@ class _BaseClient:
 
 
 def _unpickle_client(cls: type[_BaseClient], config: dict[str, Any]) -> _BaseClient:
-    """Rebuilds a pickled client with the key of this process's environment. Without one, the
-    client still unpickles, and its first call raises (see ``KeylessCore``)."""
-    key = os.environ.get(API_KEY_ENV)
-    if key:
-        return cls(api_key=key, **config)
+    """Rebuilds a pickled client with the key of this process's environment. Without a usable
+    one (unset, blank, or with a line break or another control character), the client still
+    unpickles, and its first call raises (see ``KeylessCore``)."""
+    key = os.environ.get(API_KEY_ENV, "")
+    problem = f"{API_KEY_ENV} is not set in this process" if not key else f"{API_KEY_ENV} is blank in this process"
+    if key.strip():
+        try:
+            return cls(api_key=key, **config)
+        except InvalidArgumentError as refused:
+            if refused.argument != "api_key":
+                raise
+            # Its own message would do, but it names the argument `api_key`, which no one passed here.
+            problem = (f"{API_KEY_ENV} in this process holds a line break or another control character, which "
+                       "no HTTP header can carry (check how it was copied)")
     client = object.__new__(cls)
     client._options = Options(config["timeout"], config["connect_timeout"], config["read_timeout"],
                               config["max_retries"], headers(config["default_headers"]))
-    client._core = KeylessCore(cls.__name__, config["base_url"], config["agents_base_url"])
+    client._core = KeylessCore(cls.__name__, config["base_url"], config["agents_base_url"], problem)
     client._bind_resources()
     return client
 

@@ -7,7 +7,8 @@ import numpy.typing as npt
 __version__: str
 # The HTTP statuses the retry rule retries (429, 500, 502, 503, 504).
 RETRYABLE_STATUSES: list[int]
-__all__ = ["CoreClient", "EmbedBatch", "Embeddings", "EmulatorServer", "EventFeed", "LensSocket", "NumericEvent", "StreamEvent", "Progress", "QueryResult", "__version__", "RETRYABLE_STATUSES", "reset_logging", "_panic_for_tests"]
+DOWNLOAD_PARTIAL_PREFIX: str
+__all__ = ["CoreClient", "EmbedBatch", "Embeddings", "EmulatorServer", "EventFeed", "LensSocket", "NumericEvent", "StreamEvent", "Progress", "QueryResult", "__version__", "RETRYABLE_STATUSES", "DOWNLOAD_PARTIAL_PREFIX", "reset_logging", "_panic_for_tests"]
 
 def reset_logging() -> None: ...
 def _panic_for_tests(place: str, asynchronous: bool) -> Any: ...
@@ -160,6 +161,7 @@ class CoreClient:
         surface: str,
         items: list[tuple[str, str, int | None]],
         concurrency: int,
+        follow_links: bool,
         progress: Progress,
         tick: Callable[[], Any] | None,
         asynchronous: bool,

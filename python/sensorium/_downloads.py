@@ -13,8 +13,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Optional, Protocol, TypeVar, cast
 
 from ._arguments import flag
+from ._core import DOWNLOAD_PARTIAL_PREFIX
 from ._endpoints import CollectList, ListRequest, Native, Operation, Surface
-from ._progress import ProgressCallback
+from ._progress import ProgressCallback, bar_class
 from .errors import (
     APIResponseValidationError, APIStatusError, DownloadError, InvalidArgumentError, _download_error,
 )
@@ -84,18 +85,45 @@ def _local_name(filename: str, windows: bool = os.name == "nt") -> str:
     return "" if name in (".", "..") else name
 
 
-def _targets(records: list[L], directory: Path) -> list[Optional[Path]]:
-    """Where each file goes: its server-given name, kept inside ``directory`` (only the last
-    component is used, see ``_local_name``); ``None`` for a record with no usable name or ref. A name listed twice gets
-    the record's id before its suffix (and a count after it while that is taken too), so no file
-    overwrites another, whatever names the listing holds. Every first use of a name is reserved
-    before any renaming, so a renamed file never takes a name the server gave another."""
-    names = [_local_name(record.filename or "") if record.ref else "" for record in records]
+def _source(record: _Listed) -> tuple[str, str]:
+    """Where a listed file comes from and the name it is written under (see ``_local_name``).
+    A record that cannot be fetched (no ref, no usable name, a field of the wrong JSON type) is
+    ``APIResponseValidationError``: the server's data, not the caller's argument, and it costs
+    only that file."""
+    filename, ref = record.filename, record.ref  # of the wrong type: raises, naming the field
+    name = _local_name(filename or "") if ref else ""
+    if ref and name:
+        return ref, name
+    missing = " and ".join(what for what, value in (("filename", filename), ("ref", ref)) if not value)
+    reason = f"has no {missing}" if missing else f"has the filename {filename!r}, which names no file"
+    raise APIResponseValidationError(f"{record.id} {reason} to download", body=repr(record)[:2000])
+
+
+def _sources(records: list[L]) -> list[tuple[str, str] | APIResponseValidationError]:
+    """Each record's ``_source``, or why it has none."""
+    sources: list[tuple[str, str] | APIResponseValidationError] = []
+    for record in records:
+        try:
+            sources.append(_source(record))
+        except APIResponseValidationError as unusable:
+            sources.append(unusable)
+    return sources
+
+
+def _targets(records: list[L], names: list[str], directory: Path) -> list[Optional[Path]]:
+    """Where each file goes: its server-given name from ``names`` (see ``_local_name``), inside
+    ``directory``; ``None`` for a record without one. A name listed twice gets the record's id
+    before its suffix (and a count after it while that is taken too), so no file overwrites
+    another, whatever names the listing holds. Every first use of a name is reserved before any
+    renaming, so a renamed file never takes a name the server gave another. A name in the prefix
+    of sensorium's temporary download files is renamed so too, less its leading dot: kept, the
+    next download into the folder would remove the file as a dead download's leftover."""
     taken: set[str] = set()
     keeps: list[bool] = []
     for name in names:
-        keeps.append(bool(name) and _same_on_disk(name) not in taken)
-        if name:
+        ours = name.startswith(DOWNLOAD_PARTIAL_PREFIX)
+        keeps.append(bool(name) and not ours and _same_on_disk(name) not in taken)
+        if name and not ours:
             taken.add(_same_on_disk(name))
     paths: list[Optional[Path]] = []
     for record, name, keep in zip(records, names, keeps):
@@ -104,6 +132,8 @@ def _targets(records: list[L], directory: Path) -> list[Optional[Path]]:
             continue
         if not keep:
             stem, suffix = PurePosixPath(name).stem, PurePosixPath(name).suffix
+            if name.startswith(DOWNLOAD_PARTIAL_PREFIX):
+                stem = stem.removeprefix(".")
             tag = re.sub(r"[^A-Za-z0-9_.-]", "_", record.id)
             name, n = f"{stem}__{tag}{suffix}", 2
             while _same_on_disk(name) in taken:
@@ -113,12 +143,13 @@ def _targets(records: list[L], directory: Path) -> list[Optional[Path]]:
     return paths
 
 
-def _unusable(record: _Listed) -> APIResponseValidationError:
-    """A listed record that cannot be fetched: the server's data, not the caller's argument, and
-    it costs only that file."""
-    missing = " and ".join(what for what, value in (("filename", record.filename), ("ref", record.ref)) if not value)
-    reason = f"has no {missing}" if missing else f"has the filename {record.filename!r}, which names no file"
-    return APIResponseValidationError(f"{record.id} {reason} to download", body=repr(record)[:2000])
+def _fresh_ref(record: _Listed) -> Optional[str]:
+    """A record's ref in a listing made again; ``None`` when it has no usable one (the old ref
+    is then tried again)."""
+    try:
+        return record.ref
+    except APIResponseValidationError:
+        return None
 
 
 def _summary(records: list[L], paths: list[Optional[Path]], outcomes: list[Any]) -> DownloadError:
@@ -161,28 +192,35 @@ def download_listed(
     progress: bool,
 ) -> Operation[list[Path]]:
     """Every file ``listing`` names, into ``directory`` (created when missing); the paths in
-    listing order; relative refs resolve against ``surface``'s base URL. When some files fail for
+    listing order; relative refs resolve against ``surface``'s base URL. A symbolic link in
+    ``directory`` under a listed name is replaced by the file, not written through: the server
+    chose the names, and the bytes stay in the folder. When some files fail for
     good (a record with no ref or filename among them), the others are still written and the first
     failure is raised, told the whole outcome (see ``_summary``); a listing's bad record is the
     server's data, never blamed on the caller's arguments."""
     in_flight = concurrency_of(concurrency)
-    flag(progress, "progress", optional=False)
+    if flag(progress, "progress", optional=False):
+        bar_class("on_progress")  # tqdm's absence is told before the listing is read
     records: list[L] = yield CollectList(listing)
-    paths = _targets(records, directory)
+    sources = _sources(records)
+    paths = _targets(records, [source[1] if isinstance(source, tuple) else "" for source in sources], directory)
     directory.mkdir(parents=True, exist_ok=True)
-    refs = [record.ref or "" for record in records]
+    refs = [source[0] if isinstance(source, tuple) else "" for source in sources]
 
     def fetch(indices: list[int]) -> Native[list[Any]]:
         items = [(refs[i], os.fspath(paths[i] or ""), records[i].num_bytes) for i in indices]
-        return Native("download_many", (surface, items, in_flight), (on_progress, progress, directory.name or "files"))
+        # follow_links=False: the server chose these names, so a link the folder holds under one is
+        # replaced, never written through to wherever it points.
+        return Native("download_many", (surface, items, in_flight, False),
+                      (on_progress, progress, directory.name or "files"))
 
     usable = [i for i, path in enumerate(paths) if path is not None]
-    outcomes: list[Any] = [None if path else _unusable(record) for record, path in zip(records, paths)]
+    outcomes: list[Any] = [None if isinstance(source, tuple) else source for source in sources]
     for i, outcome in zip(usable, (yield fetch(usable))):
         outcomes[i] = outcome
     stale = [i for i in usable if _expired(outcomes[i], refs[i])]
     if stale:
-        fresh = {record.id: record.ref for record in (yield CollectList(listing))}
+        fresh = {record.id: _fresh_ref(record) for record in (yield CollectList(listing))}
         for i in stale:
             refs[i] = fresh.get(records[i].id) or refs[i]
         for i, outcome in zip(stale, (yield fetch(stale))):

@@ -95,20 +95,22 @@ class ClosedCore:
 
 
 class KeylessCore:
-    """Stands in for the native core of a client unpickled where ``SENSORIUM_API_KEY`` is unset:
-    it keeps the base URLs (for ``repr`` and pickling again), and any call raises the
-    ``ConfigurationError`` naming the variable. Raised at the first call, not while unpickling,
-    because multiprocessing pools and Dask cannot deliver an error raised while unpickling a task's
-    arguments: the caller would wait forever instead of seeing this error as the task's."""
+    """Stands in for the native core of a client unpickled where ``SENSORIUM_API_KEY`` holds no
+    usable key (``problem`` says what is wrong with it): it keeps the base URLs (for ``repr`` and
+    pickling again), and any call raises the ``ConfigurationError`` naming the variable. Raised at
+    the first call, not while unpickling, because multiprocessing pools and Dask cannot deliver an
+    error raised while unpickling a task's arguments: the caller would wait forever instead of
+    seeing this error as the task's."""
 
-    def __init__(self, client_name: str, base_url: str, agents_base_url: str) -> None:
+    def __init__(self, client_name: str, base_url: str, agents_base_url: str, problem: str) -> None:
         self._client_name = client_name
+        self._problem = problem
         self.base_url = base_url
         self.agents_base_url = agents_base_url
 
     def __getattr__(self, name: str) -> Any:
         raise ConfigurationError(
             f"this sensorium {self._client_name} was unpickled without an API key: pickles never hold the key, "
-            f"and {API_KEY_ENV} is not set in this process. Set {API_KEY_ENV} where the client is unpickled "
+            f"and {self._problem}. Set {API_KEY_ENV} where the client is unpickled "
             "(for example in each worker's environment)."
         )

@@ -22,6 +22,21 @@ SETTLE_POLL_SECONDS = 0.005
 T = TypeVar("T")
 
 
+def bar_class(callback_argument: Optional[str] = None) -> Any:
+    """tqdm's bar class, for ``progress=True``. Without tqdm, ``InvalidArgumentError`` naming
+    ``progress`` (and ``callback_argument``, the call's callback, as the way without it). Asked for
+    with the other argument checks, before anything is read or sent, not when the first bar is due
+    (after a listing's pages)."""
+    try:
+        from tqdm.auto import tqdm  # type: ignore[import-untyped, unused-ignore]
+    except ImportError:
+        instead = f"; or pass {callback_argument}=callback(done, total)" if callback_argument else ""
+        raise InvalidArgumentError(
+            f"progress: progress=True shows a tqdm bar, and tqdm is not installed (pip install 'sensorium[progress]')"
+            f"{instead}", argument="progress") from None
+    return tqdm
+
+
 class _Reporter:
     """Feeds a callback and/or a tqdm bar from ``counts()`` (``(done, total)``; by default the
     byte counts of ``handle``, a ``_core.Progress`` the native core updates)."""
@@ -44,17 +59,9 @@ class _Reporter:
         self._callback = on_progress
         self._bar: Any = None
         if bar:
-            try:
-                from tqdm.auto import tqdm  # type: ignore[import-untyped, unused-ignore]
-            except ImportError:
-                raise InvalidArgumentError(
-                    "progress: progress=True shows a tqdm bar, and tqdm is not installed "
-                    f"(pip install 'sensorium[progress]'); or pass {argument}=callback(done, total)",
-                    argument="progress",
-                ) from None
             scaled = unit == "B"
-            self._bar = tqdm(total=0 if scaled else None, unit=unit, unit_scale=scaled, unit_divisor=1024,
-                             desc=description)
+            self._bar = bar_class(argument)(total=0 if scaled else None, unit=unit, unit_scale=scaled,
+                                            unit_divisor=1024, desc=description)
 
     @property
     def active(self) -> bool:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 from . import _core
 from ._arguments import flag
 from ._endpoints import Operation, Request, Scrub, Sleep
+from ._progress import bar_class
 from .errors import (
     AgentRunError,
     APIConnectionError,
@@ -201,12 +202,7 @@ class _StatusBar:
         self._description = description
         if not enabled:
             return
-        try:
-            from tqdm.auto import tqdm  # type: ignore[import-untyped, unused-ignore]
-        except ImportError:
-            raise InvalidArgumentError("progress: progress=True needs tqdm (pip install 'sensorium[progress]')",
-                                       argument="progress") from None
-        self._bar = tqdm(total=None, desc=description, bar_format="{desc} [{elapsed}]")
+        self._bar = bar_class()(total=None, desc=description, bar_format="{desc} [{elapsed}]")
 
     def show(self, status: str, counts: Optional[tuple[int, int]] = None) -> None:
         if self._bar is None:

@@ -132,7 +132,8 @@ class SyncPager(Generic[T]):
 
         >>> client.fine_tuning.jobs.events(job.id).to_pandas()  # doctest: +SKIP
         """
-        return _frame(list(self))
+        pandas = _pandas()  # without it, nothing is fetched
+        return _frame(pandas, list(self))
 
 
 class AsyncPager(Generic[T]):
@@ -177,7 +178,8 @@ class AsyncPager(Generic[T]):
 
     async def to_pandas(self) -> Any:
         """See :meth:`SyncPager.to_pandas`."""
-        return _frame([item async for item in self])
+        pandas = _pandas()  # without it, nothing is fetched
+        return _frame(pandas, [item async for item in self])
 
 
 class Rows(list[T]):
@@ -189,15 +191,21 @@ class Rows(list[T]):
 
     def to_pandas(self) -> Any:
         """Every item as a row of a ``pandas.DataFrame`` (``pip install pandas``)."""
-        return _frame(list(self))
+        return _frame(_pandas(), list(self))
 
 
-def _frame(items: list[Any]) -> Any:
+def _pandas() -> Any:
+    """The pandas module, or the error saying it is needed: asked for before a pager fetches a
+    page, so that a missing pandas costs no walk through the whole list."""
     try:
-        import pandas as pd  # type: ignore[import-untyped, unused-ignore]
+        import pandas  # type: ignore[import-untyped, unused-ignore]
     except ImportError:
         from .errors import InvalidArgumentError
 
         raise InvalidArgumentError("to_pandas needs pandas (pip install 'sensorium[pandas]')",
                                    argument="to_pandas") from None
-    return pd.DataFrame([item.to_dict() if hasattr(item, "to_dict") else item for item in items])
+    return pandas
+
+
+def _frame(pandas: Any, items: list[Any]) -> Any:
+    return pandas.DataFrame([item.to_dict() if hasattr(item, "to_dict") else item for item in items])

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
 
-from sensorium.testing import Emulator
-
+# pytest loads this module in every project of the environment: sensorium itself (its native
+# extension, numpy, asyncio, yaml) is loaded by the fixtures, in the suites that use them.
 if TYPE_CHECKING:
     from sensorium import AsyncClient, Client
+    from sensorium.testing import Emulator
 
 
 @pytest.fixture
@@ -26,6 +27,8 @@ def sensorium_emulator(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
     """A started emulator, stopped after the test. For the test's duration the records that let
     an interrupted upload resume are kept in a temporary folder (``SENSORIUM_CACHE_DIR``), not
     in the user's cache, and no test resumes another's upload."""
+    from sensorium.testing import Emulator
+
     monkeypatch.setenv("SENSORIUM_CACHE_DIR", str(tmp_path_factory.mktemp("sensorium-cache")))
     emu = Emulator()
     try:

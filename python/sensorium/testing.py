@@ -443,6 +443,9 @@ class Emulator:
         self.stop()
 
     def __repr__(self) -> str:
+        # Options the server refused leave it unset, and a traceback with locals still shows this.
+        if getattr(self, "_server", None) is None:
+            return "Emulator(not started)"
         return f"Emulator(base_url={self.base_url!r}{', stopped' if self._stopped else ''})"
 
 

@@ -303,21 +303,40 @@ def record_status(record: Any) -> str:
 
 
 class _OutputFile:
-    """``filename`` and ``ref`` of a record whose ``data`` describes an output file."""
+    """``filename``, ``ref`` and ``num_bytes`` of a record whose ``data`` describes an output file.
+    A ``data`` that is no JSON object, or a ``filename`` or ``ref`` that is no string, raises
+    ``APIResponseValidationError`` naming the field, with the record's JSON: a name or a URL of
+    another type would otherwise fail far from here, as a bare TypeError."""
 
     data: Optional[dict[str, Any]]
 
+    def _data_field(self, name: str) -> Any:
+        data = self.data
+        if data is None or isinstance(data, dict):
+            return (data or {}).get(name)
+        raise self._wrong("data", "an object", data)
+
+    def _data_text(self, name: str) -> Optional[str]:
+        value = self._data_field(name)
+        if value is None or isinstance(value, str):
+            return value
+        raise self._wrong(f"data.{name}", "a string", value)
+
+    def _wrong(self, name: str, wanted: str, value: Any) -> APIResponseValidationError:
+        answer = self.to_dict() if isinstance(self, _Record) else {"data": self.data}
+        return _wrong_field(type(self).__name__, name, wanted, value, answer)
+
     @property
     def filename(self) -> Optional[str]:
-        return (self.data or {}).get("filename")
+        return self._data_text("filename")
 
     @property
     def ref(self) -> Optional[str]:
-        return (self.data or {}).get("ref")
+        return self._data_text("ref")
 
     @property
     def num_bytes(self) -> Optional[int]:
-        size = (self.data or {}).get("num_bytes")
+        size = self._data_field("num_bytes")
         # Only a usable size counts. It sizes the progress bar, and it tells a body sent without a
         # length that stopped short from a whole one (the only use of it for the bytes).
         return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None

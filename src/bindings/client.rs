@@ -21,7 +21,7 @@ use super::stream::{EventFeed, LensSocket};
 use super::results::{EmbeddingsData, NumericEvent, Progress, QueryResult};
 use super::runtime;
 use crate::client::config::ClientConfig;
-use crate::client::files::{self, UploadMethod, UploadOptions};
+use crate::client::files::{self, Links, UploadMethod, UploadOptions};
 use crate::client::upload::{self, DirectUploadOptions};
 use crate::client::endpoint::{self, JsonCall, Surface};
 use crate::client::embed_many;
@@ -244,8 +244,10 @@ impl CoreClient {
     }
 
     /// Downloads `(reference, path, expected size)` items, `concurrency` at a time, into one
-    /// byte count; returns each item's byte count or exception, in order.
-    #[pyo3(signature = (surface, items, concurrency, progress, tick, asynchronous))]
+    /// byte count; returns each item's byte count or exception, in order. A symbolic link at an
+    /// item's path is written through with `follow_links`, else replaced (for the names a server
+    /// chose, which must stay in the caller's folder).
+    #[pyo3(signature = (surface, items, concurrency, follow_links, progress, tick, asynchronous))]
     #[allow(clippy::too_many_arguments)]
     fn download_many<'py>(
         &self,
@@ -253,6 +255,7 @@ impl CoreClient {
         surface: &str,
         items: Vec<(String, PathBuf, Option<u64>)>,
         concurrency: usize,
+        follow_links: bool,
         progress: &Bound<'py, Progress>,
         tick: Option<Bound<'py, PyAny>>,
         asynchronous: bool,
@@ -263,10 +266,11 @@ impl CoreClient {
                 .into_iter()
                 .map(|(reference, dest, expected)| endpoint::DownloadItem { reference, dest, expected })
                 .collect();
+            let links = if follow_links { Links::Follow } else { Links::Replace };
             let transport = self.transport();
             let progress = progress.get().inner.clone();
             runtime::run_ticking(py, "download_many", asynchronous, tick.as_ref(), async move {
-                let outcomes = endpoint::download_many(&transport, surface, items, concurrency, progress).await;
+                let outcomes = endpoint::download_many(&transport, surface, items, concurrency, links, progress).await;
                 Ok(Outcome(outcomes.map(Outcomes)))
             })
         })

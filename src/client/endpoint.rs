@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::config::FINE_TUNING_VERSION;
 use super::error::Error;
-use super::files::download_call;
+use super::files::{download_call, Links};
 use super::pagination::{normalize_page, ItemEnd};
 use super::transport::{decode_json, safe_to_repeat, shown_url, Call, RequestBody, Transport};
 use super::upload::{ProgressShare, TransferProgress};
@@ -205,6 +205,7 @@ pub async fn download_ref(
     surface: Surface,
     reference: &str,
     dest: &Path,
+    links: Links,
     progress: Arc<ProgressShare>,
     listed: Option<u64>,
 ) -> Result<u64, Error> {
@@ -218,7 +219,7 @@ pub async fn download_ref(
         return Err(Error::unexpected("", format!("a result reference {:?} is neither a path nor a URL", shown_url(reference)), b""));
     };
     // Errors name the download by its reference without a presigned URL's signature.
-    download_call(transport, call, shown_url(reference), dest, progress, listed).await
+    download_call(transport, call, shown_url(reference), dest, links, progress, listed).await
 }
 
 /// One file of `download_many`: where it comes from, where it goes, and the size the listing
@@ -231,7 +232,8 @@ pub struct DownloadItem {
 }
 
 /// Downloads every item, at most `concurrency` at a time, each atomically as `download_ref`
-/// does, into one shared byte count. Every item is attempted whatever the others do (a failed
+/// does (a link at an item's destination followed or replaced as `links` says), into one shared
+/// byte count. Every item is attempted whatever the others do (a failed
 /// file does not cost the finished ones), and each gets its own outcome, in `items`' order, so
 /// the caller can fetch fresh references for the ones that failed (expired presigned URLs).
 pub async fn download_many(
@@ -239,6 +241,7 @@ pub async fn download_many(
     surface: Surface,
     items: Vec<DownloadItem>,
     concurrency: usize,
+    links: Links,
     progress: Arc<TransferProgress>,
 ) -> Result<Vec<Result<u64, Error>>, Error> {
     if concurrency == 0 {
@@ -250,7 +253,7 @@ pub async fn download_many(
         .collect();
     let outcomes = futures_util::stream::iter(items.into_iter().zip(shares))
         .map(|(item, share)| async move {
-            download_ref(transport, surface, &item.reference, &item.dest, share, item.expected).await
+            download_ref(transport, surface, &item.reference, &item.dest, links, share, item.expected).await
         })
         // `buffered` keeps the items' order while up to `concurrency` run at once.
         .buffered(concurrency)

@@ -319,9 +319,20 @@ async fn metadata(transport: &Transport, file_id: &str) -> Result<Value, Error> 
     transport.json(&Call::get(file_url(transport, "/files/metadata", file_id)?)).await
 }
 
-/// Streams a file to `dest`. Bytes go to a temporary file beside `dest` that is renamed only
-/// once the body is complete, so an interrupted download never leaves a truncated file under
-/// the real name. Returns the number of bytes written.
+/// What a download does with a symbolic link at its destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    /// Writes the file the link points at, as `open()` does: for a path the caller named.
+    Follow,
+    /// Replaces the link with the downloaded file: for a name the server chose, which must not
+    /// lead the bytes out of the folder the caller chose (a link kept there, such as
+    /// `latest.csv -> ../elsewhere/config.yaml`, would).
+    Replace,
+}
+
+/// Streams a file to `dest`, following a link there as `open()` does. Bytes go to a temporary
+/// file beside `dest` that is renamed only once the body is complete, so an interrupted download
+/// never leaves a truncated file under the real name. Returns the number of bytes written.
 pub async fn download(
     transport: &Transport,
     file_id: &str,
@@ -329,19 +340,22 @@ pub async fn download(
     progress: Arc<TransferProgress>,
 ) -> Result<u64, Error> {
     let call = Call::get(file_url(transport, "/files/download", file_id)?);
-    download_call(transport, call, file_id, dest, Arc::new(ProgressShare::new(progress, 0)), None).await
+    let progress = Arc::new(ProgressShare::new(progress, 0));
+    download_call(transport, call, file_id, dest, Links::Follow, progress, None).await
 }
 
 /// Streams the body of `call` (a GET) to `dest` through a temporary file beside it, fsynced and
 /// renamed only when complete: the one download path for files, agent results and job outputs.
-/// `label` names the download in errors; `progress` is this download's share of the counters.
-/// `listed` is the size a listing gave for the file, if any: a body that comes without a length
-/// (one the server ends by closing the connection) and stops short of it is cut, not complete.
+/// `label` names the download in errors; `links` says whether a link at `dest` is written
+/// through or replaced; `progress` is this download's share of the counters. `listed` is the
+/// size a listing gave for the file, if any: a body that comes without a length (one the server
+/// ends by closing the connection) and stops short of it is cut, not complete.
 pub async fn download_call(
     transport: &Transport,
     mut call: Call,
     label: &str,
     dest: &Path,
+    links: Links,
     progress: Arc<ProgressShare>,
     listed: Option<u64>,
 ) -> Result<u64, Error> {
@@ -349,7 +363,12 @@ pub async fn download_call(
     let file_id = label;
     // Errors name the path the caller gave, as open() does, whichever file failed.
     let shown = dest.display().to_string();
-    let dest = &through_links(dest).await?;
+    // Replaced, the link needs nothing: the temporary file is made beside it, in the folder, and
+    // the rename onto its path replaces the link, not its target.
+    let dest = &match links {
+        Links::Follow => through_links(dest).await?,
+        Links::Replace => dest.to_path_buf(),
+    };
     let dir = match dest.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -544,8 +563,9 @@ fn partial_beside(dir: &Path, dest: &Path, shown: &str) -> Result<tempfile::Name
 const PARTIAL_ATTEMPTS: usize = 8;
 
 /// The prefix and suffix of a download's temporary file (hidden, and told apart from the
-/// user's files by both).
-const PARTIAL_PREFIX: &str = ".sensorium-download-";
+/// user's files by both). The prefix is reserved: a name a server lists is never written under
+/// it (the Python side renames it), or the next sweep would take the file for a dead partial.
+pub const PARTIAL_PREFIX: &str = ".sensorium-download-";
 const PARTIAL_SUFFIX: &str = ".partial";
 
 /// Whether `file` still has a name (a sweep did not remove it before it was locked).
@@ -606,8 +626,10 @@ fn new_partial(dir: &Path, dest: &Path, shown: &str) -> Result<tempfile::NamedTe
             options.open(path)
         })
         .map_err(|e| Error::io(shown, e))?;
+    // Not through a link: a link being replaced (`Links::Replace`) lends its target's mode to
+    // nothing. (A followed link is already resolved.)
     #[cfg(unix)]
-    if let Ok(replaced) = std::fs::metadata(dest) {
+    if let Ok(replaced) = std::fs::symlink_metadata(dest) {
         if replaced.is_file() {
             temp.as_file().set_permissions(replaced.permissions()).map_err(|e| Error::io(shown, e))?;
         }

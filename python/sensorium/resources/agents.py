@@ -550,7 +550,8 @@ class Instances(Resource):
         presigned URLs are listed afresh. Returns the paths, in listing order. Byte progress as in
         ``files.download``. Files that fail for good cost only themselves: the first failure is
         raised once the rest are written, of its own class and a ``sensorium.errors.DownloadError``
-        too, with ``written`` and ``failed`` (as ``batch.jobs.download_outputs``).
+        too, with ``written`` and ``failed``, and a symbolic link in ``directory`` under a listed
+        name is replaced, never written through (as ``batch.jobs.download_outputs``).
 
         >>> client.agents.instances.download_results(run.id, "out/")  # doctest: +SKIP
         [PosixPath('out/agt_..._output_line3.csv')]

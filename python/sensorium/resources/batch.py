@@ -219,7 +219,9 @@ class Jobs(Resource):
         too: its message counts and names every failed file, ``e.written`` lists the paths
         written and ``e.failed`` maps each failed output's id to its error. An error before any
         file is fetched (an unknown job) is not a ``DownloadError``. A name listed twice gets the
-        output's id before its suffix.
+        output's id before its suffix. The server chose the names, so the files stay in
+        ``directory``: a symbolic link there under a listed name is replaced by the file, never
+        written through to what it points at (``files.download``, whose path you name, follows one).
 
         >>> client.batch.jobs.download_outputs(job.id, "predictions/")  # doctest: +SKIP
         [PosixPath('predictions/pred_pump_a_part_0.csv'), ...]

@@ -210,7 +210,9 @@ class Files(Resource):
     ) -> Any:
         """Streams a file to ``path`` (a file path, or a folder to save it in under its name). The bytes
         go to a temporary file renamed only when complete: an interrupted download never leaves a
-        truncated file under ``path``. Returns the path written. Progress as in :meth:`upload`.
+        truncated file under ``path``. A symbolic link at ``path`` is followed, as ``open()`` follows
+        it: the file it points at is written and the link kept. Returns the path written. Progress
+        as in :meth:`upload`.
 
         >>> client.files.download("notes.txt", "/tmp/")  # doctest: +SKIP
         PosixPath('/tmp/notes.txt')

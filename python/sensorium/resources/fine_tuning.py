@@ -21,7 +21,10 @@ from .._endpoints import (
     segment, warn_caller,
 )
 from .._waiting import canceling, error_texts, wait_for
-from ..errors import APIStatusError, InvalidArgumentError, JobFailedError, SensoriumError
+from ..errors import (
+    APIResponseValidationError, APIStatusError, InvalidArgumentError, JobFailedError, SensoriumError, _answer_text,
+    _json_kind,
+)
 from ..fine_tuning import check_job
 from ..pagination import Rows
 from ..types import AgentLog, Checkpoint, FineTuningEvent, FineTuningJob, record_status
@@ -52,6 +55,15 @@ def job_failure(record: Any, _logs: list[AgentLog], what: str) -> SensoriumError
 def _invalid_move(error: APIStatusError) -> bool:
     # The spec gives the refusal's code, not its status (the emulator answers 409).
     return error.status == 409 or error.has_code("invalid_state_transition")
+
+
+def _metrics_row(item: Any) -> dict[str, Any]:
+    # Not `dict(item)`: a string or a number raised a bare ValueError or TypeError, and a list of
+    # pairs became a row the server never sent.
+    if not isinstance(item, dict):
+        raise APIResponseValidationError(f"expected a metrics row (a JSON object), got {_json_kind(item)}",
+                                         body=_answer_text(item))
+    return item
 
 
 class FineTuningJobs(Resource):
@@ -175,7 +187,7 @@ class FineTuningJobs(Resource):
         return self._drive(self._metrics(job_id))
 
     def _metrics(self, job_id: str) -> Operation[Rows[dict[str, Any]]]:
-        rows: list[dict[str, Any]] = yield CollectList(ListRequest(self._path(job_id, "/metrics"), dict,
+        rows: list[dict[str, Any]] = yield CollectList(ListRequest(self._path(job_id, "/metrics"), _metrics_row,
                                                                    surface="fine_tuning", item_cursors=True))
         return Rows(rows)
 
