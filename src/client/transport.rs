@@ -272,8 +272,11 @@ impl Transport {
             .map_err(|e| Error::invalid_argument("base_url", format!("cannot build a request to {query_url}: {e}")))?;
         // The key and the headers are checked here, when the client is made, rather than at its
         // first call, where a typo in a header would surface far from where it was written.
+        if let Some(why) = config.api_key.unusable() {
+            return Err(Error::invalid_argument("api_key", why));
+        }
         let mut authorization = HeaderValue::from_str(&format!("Bearer {}", config.api_key.expose()))
-            .map_err(|_| Error::invalid_argument("api_key", API_KEY_NOT_A_HEADER))?;
+            .map_err(|_| Error::invalid_argument("api_key", "cannot be sent in an HTTP header"))?;
         authorization.set_sensitive(true);
         let default_headers = config
             .default_headers
@@ -964,10 +967,6 @@ pub async fn read_body(mut response: Response, stall: Duration) -> Result<Bytes,
         }
     }
 }
-
-/// Why a key is refused: it never says what the key holds.
-const API_KEY_NOT_A_HEADER: &str =
-    "contains characters not allowed in an HTTP header (a line break or another control character); check how it was copied";
 
 /// One of `default_headers` as sent, or the error naming what is wrong with it.
 fn default_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), Error> {
