@@ -9,6 +9,7 @@ pub mod fork;
 pub mod lanes;
 pub mod pacing;
 pub mod path_segment;
+pub mod proxy;
 pub mod retry;
 pub mod secret;
 pub mod transport;

@@ -17,6 +17,7 @@ use super::error::{seconds, ApiError, Error};
 use super::fork;
 use super::lanes::{Lane, Lanes};
 use super::pacing::Pacer;
+use super::proxy::Proxies;
 use super::retry::parse_retry_after;
 
 /// Sent with every attempt so servers (and the emulator's request log) can tell retries apart.
@@ -176,12 +177,15 @@ pub struct Pool {
     http: Option<reqwest::Client>,
     lanes: Lanes,
     generation: u64,
+    /// The proxy variables as they were when the pool was built, which its connections follow.
+    proxies: Proxies,
 }
 
 impl Pool {
-    fn new(connect_timeout: Duration, generation: u64) -> Result<Pool, Error> {
-        let http = build_http_client(connect_timeout)?;
-        Ok(Pool { http: Some(http), lanes: Lanes::new(connect_timeout, generation), generation })
+    fn new(connect_timeout: Duration, generation: u64, proxies: Proxies) -> Result<Pool, Error> {
+        let http = build_http_client(connect_timeout, &proxies)?;
+        let lanes = Lanes::new(connect_timeout, proxies.clone(), generation);
+        Ok(Pool { http: Some(http), lanes, generation, proxies })
     }
 }
 
@@ -205,7 +209,12 @@ impl std::fmt::Debug for Transport {
 impl Transport {
     /// A transport with a pool of its own.
     pub fn new(config: ClientConfig) -> Result<Self, Error> {
-        let pool = Arc::new(Pool::new(config.timeouts.connect, fork::generation())?);
+        Transport::with_proxies(config, Proxies::from_env())
+    }
+
+    /// A transport with a pool of its own that routes by `proxies`.
+    pub fn with_proxies(config: ClientConfig, proxies: Proxies) -> Result<Self, Error> {
+        let pool = Arc::new(Pool::new(config.timeouts.connect, fork::generation(), proxies)?);
         Transport::founding(pool, config)
     }
 
@@ -251,7 +260,7 @@ impl Transport {
                 // Python code, which needs the GIL, and a thread holding the GIL may be waiting
                 // for SHARED; holding it here deadlocked two threads creating clients at once.
                 // Of two pools built at once, the one registered first is used.
-                let built = Arc::new(Pool::new(connect, generation)?);
+                let built = Arc::new(Pool::new(connect, generation, Proxies::from_env())?);
                 let mut slot = SHARED.lock();
                 let pools = pools(&mut slot, generation);
                 match live(pools) {
@@ -299,6 +308,11 @@ impl Transport {
     /// The pacing shared by this client's concurrent batches (`execute_paced`).
     pub fn pacer(&self) -> &Pacer {
         &self.pacer
+    }
+
+    /// The proxy rules this transport's connections follow.
+    pub fn proxies(&self) -> &Proxies {
+        &self.pool.proxies
     }
 
     /// The lanes blocking calls of this transport run on (see `crate::client::lanes`).
@@ -678,7 +692,9 @@ impl Transport {
         let (connect, timeout, builder) = (err.is_connect(), err.is_timeout(), err.is_builder());
         // reqwest's text names the URL in full; ours is written below, as `shown` gives it.
         let detail = error_chain(&err.without_url());
-        let url = shown(call);
+        // Through a proxy, what failed may be the proxy: say which (never its credentials).
+        let via = self.proxies().route(&call.url).map_or_else(String::new, |route| format!(" through {route}"));
+        let url = format!("{}{via}", shown(call));
         // A connect timeout is both: it counts as no connection made (nothing was sent, and a
         // batch stops on it), and is still told to the caller as a timeout.
         if connect {
@@ -695,7 +711,7 @@ impl Transport {
     async fn api_error(&self, call: &Call, response: Response) -> ApiError {
         let status = response.status().as_u16();
         let retry_after = parse_retry_after(response.headers());
-        let hint = redirect_hint(status, response.headers());
+        let hint = redirect_hint(status, response.headers()).or_else(|| self.proxy_hint(call, status));
         let raw = match read_body(response, self.config.timeouts.read).await {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(err) => format!("(error body unreadable: {err})"),
@@ -705,6 +721,21 @@ impl Transport {
         let mut error = ApiError::from_body(status, call.method.as_str(), shown(call), raw, retry_after);
         error.hint = hint.map(|hint| self.config.api_key.redact_in(&hint));
         error
+    }
+}
+
+impl Transport {
+    /// What an answer that may be a proxy's says: one sent through a proxy and answered with a
+    /// status proxies give (407, or a gateway's 502, 503, 504) may never have reached the platform.
+    fn proxy_hint(&self, call: &Call, status: u16) -> Option<String> {
+        if !matches!(status, 407 | 502..=504) {
+            return None;
+        }
+        let route = self.proxies().route(&call.url)?;
+        Some(format!(
+            "The request went through {route}, which may have given this answer itself; if the platform is \
+             reachable directly, add its host to NO_PROXY"
+        ))
     }
 }
 
@@ -728,8 +759,9 @@ fn shown(call: &Call) -> &str {
 /// How long an idle pooled connection is kept.
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
-pub(crate) fn build_http_client(connect_timeout: Duration) -> Result<reqwest::Client, Error> {
-    reqwest::Client::builder()
+pub(crate) fn build_http_client(connect_timeout: Duration, proxies: &Proxies) -> Result<reqwest::Client, Error> {
+    proxies
+        .apply(reqwest::Client::builder())
         .user_agent(USER_AGENT)
         .connect_timeout(connect_timeout)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
