@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -379,11 +380,13 @@ def test_base_url_keeps_a_path_prefix(given, expected):
 # timeout), so each case runs in a process of its own, started with them set.
 
 def run_in_process(code: str, variables: dict[str, str], *args: str) -> str:
-    environment = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    """``code``'s output, run with ``args`` in a new process whose environment has ``variables``
+    and no other proxy or certificate variable. Nothing may go to its stderr."""
+    environment = {k: v for k, v in os.environ.items() if "proxy" not in k.lower() and not k.startswith("SSL_CERT")}
     environment.update(variables)
     done = subprocess.run([sys.executable, "-c", code, *args], env=environment, capture_output=True, text=True,
                           timeout=120)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0 and done.stderr == "", done.stderr
     return done.stdout.strip()
 
 
@@ -520,3 +523,72 @@ def test_a_socks_proxy_from_all_proxy_is_used(emu, scheme):
         assert socks.asked == [(host, emu.port)]
     finally:
         socks.close()
+
+
+def test_a_client_made_after_the_proxy_variables_change_follows_them(monkeypatch):
+    """The variables are read when a connection pool is built; a client made while an earlier one
+    was open shared its pool, and so the variables as they were then (a notebook that sets
+    HTTP_PROXY, or SSL_CERT_FILE, after a first failure kept failing until restarted)."""
+    for name in [k for k in os.environ if "proxy" in k.lower()]:
+        monkeypatch.delenv(name)
+    with FakeServer(lambda head: [response(200, b'{"num_files": 7, "num_bytes": 0}')]) as proxy:
+        with sensorium.Client("sk-first-0001", "http://platform.invalid", max_retries=0):
+            monkeypatch.setenv("HTTP_PROXY", proxy.base_url.rsplit("/", 1)[0])
+            with sensorium.Client("sk-second-0001", "http://platform.invalid", max_retries=0) as second:
+                assert second.files.info()["num_files"] == 7
+        assert b"GET http://platform.invalid/v0.5/files/info " in proxy.requests[0]
+
+
+CERTIFICATES = Path(__file__).parent / "certificates"
+
+TLS_CALLS = """
+import os, socket, ssl, sys, threading
+import sensorium
+certificate, key = sys.argv[1:3]
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(certificate, key)
+listener = socket.create_server(("127.0.0.1", 0))
+base_url = f"https://127.0.0.1:{listener.getsockname()[1]}"
+connections = []
+def serve():
+    while True:
+        conn, _ = listener.accept()
+        connections.append(conn)
+        try:
+            with context.wrap_socket(conn, server_side=True) as tls:
+                tls.recv(65536)
+                tls.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: 16\\r\\n\\r\\n{\\"num_files\\": 1}")
+        except OSError:
+            pass
+threading.Thread(target=serve, daemon=True).start()
+first = sensorium.Client("sk-tls-test-0001", base_url, max_retries=2)
+try:
+    print(first.files.info()["num_files"])
+except sensorium.errors.APIConnectionError as e:
+    print(e)
+print(len(connections))
+if len(sys.argv) > 3:  # the CA to trust, set while the first client is still open
+    os.environ["SSL_CERT_FILE"] = sys.argv[3]
+    print(sensorium.Client("sk-tls-test-0001", base_url).files.info()["num_files"])
+"""
+
+
+@pytest.mark.parametrize("certificate, refusal", [
+    ("self-signed", "it is a CA certificate serving as the server's own (a self-signed one, most likely)"),
+    ("server", "it is not signed by a certificate authority this machine trusts"),
+])
+def test_a_refused_certificate_is_said_in_words_once_and_not_retried(certificate, refusal):
+    """rustls's `invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))`, tried
+    max_retries + 1 times, each time printing `failed to verify TLS certificate` to stderr."""
+    pem, key = CERTIFICATES / f"{certificate}.pem", CERTIFICATES / f"{certificate}.key"
+    message, connections = run_in_process(TLS_CALLS, {}, str(pem), str(key)).splitlines()
+    assert message.startswith("connection error: GET https://127.0.0.1:") and "/v0.5/files/info: " in message
+    assert f"the server's TLS certificate was refused: {refusal}" in message, message
+    assert "set SSL_CERT_FILE to its PEM file" in message and "sk-tls-test" not in message, message
+    assert connections == "1"
+
+
+def test_ssl_cert_file_set_after_a_first_client_is_trusted_by_the_next():
+    pem, key = CERTIFICATES / "server.pem", CERTIFICATES / "server.key"
+    message, connections, answer = run_in_process(TLS_CALLS, {}, str(pem), str(key), str(CERTIFICATES / "ca.pem")).splitlines()
+    assert "not signed by a certificate authority" in message and answer == "1"

@@ -1,6 +1,7 @@
 //! The client, in pure Rust (no pyo3): configuration, transport, retries, errors, pagination
 //! and one module per surface.
 
+pub mod certificate;
 pub mod config;
 pub mod embed_many;
 pub mod error;

@@ -12,6 +12,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT
 use reqwest::{Method, Response};
 use serde::de::DeserializeOwned;
 
+use super::certificate;
 use super::config::ClientConfig;
 use super::error::{seconds, ApiError, Error};
 use super::fork;
@@ -189,6 +190,34 @@ impl Pool {
     }
 }
 
+/// The variables a pool reads when it is built: its trusted CAs (rustls reads `SSL_CERT_FILE`
+/// and `SSL_CERT_DIR` with the system's) and its proxies ([`Proxies`]). A client made after one
+/// changed gets a pool of its own, which reads them anew, rather than that of the clients made
+/// before: a notebook that sets `SSL_CERT_FILE` after a first failure is then answered by the next
+/// client it makes, not only after every earlier one is gone.
+#[derive(Clone, PartialEq, Eq)]
+struct PoolEnvironment(Vec<Option<std::ffi::OsString>>);
+
+impl PoolEnvironment {
+    const VARIABLES: [&'static str; 11] = [
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "REQUEST_METHOD",
+    ];
+
+    fn now() -> Self {
+        PoolEnvironment(Self::VARIABLES.iter().map(std::env::var_os).collect())
+    }
+}
+
 impl Drop for Pool {
     fn drop(&mut self) {
         if self.generation != fork::generation() {
@@ -237,10 +266,11 @@ impl Transport {
         Transport::around(pool, config, family)
     }
 
-    /// The pool of the process's live transports with connect timeout `connect`, or a new one.
+    /// The pool of the process's live transports with connect timeout `connect`, built under
+    /// the environment as it is now ([`PoolEnvironment`]), or a new one.
     fn shared_pool(connect: Duration, generation: u64) -> Result<Arc<Pool>, Error> {
-        /// The fork generation they belong to, and the pool per connect timeout.
-        type Pools = Vec<(Duration, Weak<Pool>)>;
+        /// The fork generation they belong to, and the pool per connect timeout and environment.
+        type Pools = Vec<(Duration, PoolEnvironment, Weak<Pool>)>;
         static SHARED: parking_lot::Mutex<Option<(u64, Pools)>> = parking_lot::Mutex::new(None);
         /// This generation's pools, the ones gone dropped.
         fn pools(slot: &mut Option<(u64, Pools)>, generation: u64) -> &mut Pools {
@@ -248,10 +278,13 @@ impl Transport {
                 slot.take();
             }
             let (_, pools) = slot.get_or_insert_with(|| (generation, Vec::new()));
-            pools.retain(|(_, pool)| pool.strong_count() > 0);
+            pools.retain(|(_, _, pool)| pool.strong_count() > 0);
             pools
         }
-        let live = |pools: &Pools| pools.iter().find_map(|(timeout, pool)| (*timeout == connect).then(|| pool.upgrade()).flatten());
+        let environment = PoolEnvironment::now();
+        let live = |pools: &Pools| {
+            pools.iter().find_map(|(timeout, built_in, pool)| (*timeout == connect && *built_in == environment).then(|| pool.upgrade()).flatten())
+        };
         let found = live(pools(&mut SHARED.lock(), generation));
         let pool = match found {
             Some(pool) => pool,
@@ -266,7 +299,7 @@ impl Transport {
                 match live(pools) {
                     Some(pool) => pool,
                     None => {
-                        pools.push((connect, Arc::downgrade(&built)));
+                        pools.push((connect, environment.clone(), Arc::downgrade(&built)));
                         built
                     }
                 }
@@ -691,14 +724,18 @@ impl Transport {
     fn send_error(&self, call: &Call, err: reqwest::Error) -> Error {
         let (connect, timeout, builder) = (err.is_connect(), err.is_timeout(), err.is_builder());
         // reqwest's text names the URL in full; ours is written below, as `shown` gives it.
-        let detail = error_chain(&err.without_url());
+        let err = err.without_url();
+        let detail = error_chain(&err);
         // Through a proxy, what failed may be the proxy: say which (never its credentials).
         let via = self.proxies().route(&call.url).map_or_else(String::new, |route| format!(" through {route}"));
         let url = format!("{}{via}", shown(call));
         // A connect timeout is both: it counts as no connection made (nothing was sent, and a
         // batch stops on it), and is still told to the caller as a timeout.
-        if connect {
-            Error::Unreachable { message: format!("{} {url}: {detail}", call.method), timed_out: timeout }
+        let host = reqwest::Url::parse(&call.url).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_default();
+        if let Some(why) = certificate::refused(&err, &host) {
+            Error::Unreachable { message: format!("{} {url}: {why}", call.method), timed_out: false, certificate: true }
+        } else if connect {
+            Error::Unreachable { message: format!("{} {url}: {detail}", call.method), timed_out: timeout, certificate: false }
         } else if timeout {
             Error::Timeout { message: format!("{} {url}: {detail}", call.method) }
         } else if builder {
