@@ -133,3 +133,16 @@ pub fn sync_level(py: Python<'_>) -> PyResult<()> {
         Err(interrupt) => Err(interrupt),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::is_ours;
+
+    #[test]
+    fn only_this_crates_lines_keep_their_level() {
+        assert!(is_ours("_core") && is_ours("_core::client::transport"));
+        for other in ["_core_extra::x", "rustls_platform_verifier::verification::others", "hyper_util::client", "sensorium"] {
+            assert!(!is_ours(other), "{other}");
+        }
+    }
+}

@@ -732,7 +732,14 @@ impl Transport {
         // A connect timeout is both: it counts as no connection made (nothing was sent, and a
         // batch stops on it), and is still told to the caller as a timeout.
         let host = reqwest::Url::parse(&call.url).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_default();
-        if let Some(why) = certificate::refused(&err, &host) {
+        if head_too_large(&err) {
+            // An answer came, and would come the same again: not retried.
+            let why = format!(
+                "the answer's header section is too large to read (more than {MAX_ANSWER_HEADERS} headers, or \
+                 about 400 kB); a proxy or gateway on the way may be adding them"
+            );
+            Error::unexpected(&url, why, b"")
+        } else if let Some(why) = certificate::refused(&err, &host) {
             Error::Unreachable { message: format!("{} {url}: {why}", call.method), timed_out: false, certificate: true }
         } else if connect {
             Error::Unreachable { message: format!("{} {url}: {detail}", call.method), timed_out: timeout, certificate: false }
@@ -796,9 +803,29 @@ fn shown(call: &Call) -> &str {
 /// How long an idle pooled connection is kept.
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// The most headers an answer may have. hyper's default, 100, is Python's http.client's too, but
+/// gateways and proxies add their own (tracing, cookies, security policies): an answer with
+/// about 96 of the platform's and theirs failed as "message head is too large". Above 100, hyper
+/// takes the room for this many per answer from the heap (64 bytes each); the head's size stays
+/// bounded by hyper's buffer (about 400 kB).
+pub const MAX_ANSWER_HEADERS: usize = 500;
+
+/// Whether `err` is an answer whose head was too large to read (too many headers, or too long).
+fn head_too_large(err: &reqwest::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(error) = cause {
+        if error.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse_too_large) {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
 pub(crate) fn build_http_client(connect_timeout: Duration, proxies: &Proxies) -> Result<reqwest::Client, Error> {
     proxies
         .apply(reqwest::Client::builder())
+        .http1_max_headers(MAX_ANSWER_HEADERS)
         .user_agent(USER_AGENT)
         .connect_timeout(connect_timeout)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
