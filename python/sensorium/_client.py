@@ -182,6 +182,10 @@ class Client(_BaseClient):
     (``bundles.run``, ``blueprints.create``, ``lens.register``...) is not sent again once it may have
     reached the platform (a dropped connection after sending, a timeout, a cut answer): it raises
     ``APIConnectionError`` with ``may_have_been_processed=True``, so check before calling again.
+    A key of anything but visible ASCII (an accented letter, a space, a line break pasted with it)
+    is refused with ``InvalidArgumentError``, never sent. Proxies (``HTTPS_PROXY``, ``HTTP_PROXY``,
+    ``ALL_PROXY``, ``NO_PROXY``) and ``SSL_CERT_FILE`` are read when the client is made; loopback
+    (the emulator) never goes through a proxy (README, "Proxies and certificates").
 
     >>> import sensorium
     >>> with sensorium.Client() as client:                              # doctest: +SKIP
