@@ -5,12 +5,19 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import select
+import socket
+import subprocess
+import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 import sensorium
+from _fake_server import FakeServer, response
 from _helpers import REASONER, calls, header
 from sensorium.errors import (
     AuthenticationError,
@@ -383,3 +390,221 @@ def test_base_url_keeps_a_path_prefix(given, expected):
     # Building a client sends nothing, so these hosts are never contacted.
     with sensorium.Client("sk-some-key", given) as client:
         assert client.base_url == expected
+
+
+# Proxies. The variables are read when a connection pool is built (the first client of a connect
+# timeout), so each case runs in a process of its own, started with them set.
+
+def run_in_process(code: str, variables: dict[str, str], *args: str) -> str:
+    """``code``'s output, run with ``args`` in a new process whose environment has ``variables``
+    and no other proxy or certificate variable. Nothing may go to its stderr."""
+    environment = {k: v for k, v in os.environ.items() if "proxy" not in k.lower() and not k.startswith("SSL_CERT")}
+    environment.update(variables)
+    done = subprocess.run([sys.executable, "-c", code, *args], env=environment, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    return done.stdout.strip()
+
+
+class SocksServer:
+    """A SOCKS5 proxy on 127.0.0.1 (no authentication) that connects every request to
+    ``127.0.0.1:target_port``, whatever host it names, and records the host and port named."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.asked: list[tuple[str, int]] = []
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        def exactly(n: int) -> bytes:
+            data = b""
+            while len(data) < n:
+                chunk = conn.recv(n - len(data))
+                if not chunk:
+                    raise OSError("closed")
+                data += chunk
+            return data
+
+        with conn:
+            try:
+                _, methods = exactly(2)
+                exactly(methods)
+                conn.sendall(b"\x05\x00")  # no authentication
+                _, command, _, kind = exactly(4)
+                if kind == 3:  # a host name: socks5h
+                    host = exactly(exactly(1)[0]).decode()
+                else:
+                    host = socket.inet_ntop(socket.AF_INET if kind == 1 else socket.AF_INET6, exactly(4 if kind == 1 else 16))
+                port = int.from_bytes(exactly(2), "big")
+                self.asked.append((host, port))
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+                conn.sendall(b"\x05\x00\x00\x01" + bytes(4) + bytes(2))
+                pipe(conn, upstream)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def pipe(a: socket.socket, b: socket.socket) -> None:
+    """Copies bytes both ways until either side closes."""
+    with b:
+        while True:
+            ready, _, _ = select.select([a, b], [], [], 30)
+            if not ready:
+                return
+            for sock in ready:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                (b if sock is a else a).sendall(data)
+
+
+LOOPBACK_CALLS = """
+import sensorium
+from sensorium.testing import Emulator
+with Emulator() as emu:
+    print(emu.client(max_retries=0).files.info()["num_files"])
+    named = emu.base_url.replace("127.0.0.1", "localhost")
+    print(sensorium.Client(emu.api_key, named, max_retries=0).files.info()["num_files"])
+"""
+
+
+@pytest.mark.parametrize("variable, scheme", [("HTTP_PROXY", "http"), ("http_proxy", "http"), ("ALL_PROXY", "http"),
+                                              ("ALL_PROXY", "socks5h"), ("all_proxy", "socks5")])
+def test_loopback_never_goes_through_a_proxy(variable, scheme):
+    """With a proxy variable set, calls to the embedded emulator went to the proxy, with the key,
+    and failed naming the proxy's answer (or 'unsupported scheme socks5h')."""
+    with FakeServer(lambda head: [response(502, b"{}")]) as proxy:
+        port = proxy.base_url.split(":")[2].split("/")[0]
+        assert run_in_process(LOOPBACK_CALLS, {variable: f"{scheme}://127.0.0.1:{port}"}).split() == ["0", "0"]
+        assert proxy.requests == []
+
+
+PROXIED_CALL = """
+import sys, sensorium
+client = sensorium.Client("sk-proxied-key-0001", sys.argv[1], max_retries=0)
+try:
+    print(client.files.info()["num_files"])
+except sensorium.errors.SensoriumError as e:
+    print(type(e).__name__, e)
+"""
+
+
+def test_a_remote_host_goes_through_the_proxy_and_its_failures_name_it():
+    def proxy_answer(head: bytes) -> list[bytes]:
+        if b" http://platform.invalid/v0.5/files/info " in head:
+            return [response(200, b'{"num_files": 7, "num_bytes": 0}')]
+        return [response(502, b"")]
+
+    with FakeServer(proxy_answer) as proxy:
+        port = proxy.base_url.split(":")[2].split("/")[0]
+        variables = {"HTTP_PROXY": f"http://bob:hunter2@127.0.0.1:{port}"}
+        assert run_in_process(PROXIED_CALL, variables, "http://platform.invalid/v0.5") == "7"
+        # A gateway's answer that may be the proxy's says so.
+        out = run_in_process(PROXIED_CALL, variables, "http://other.invalid/v0.5")
+        assert out.startswith("InternalServerError") and f"the proxy http://127.0.0.1:{port} (from HTTP_PROXY)" in out
+        assert "hunter2" not in out and "bob" not in out, out
+    # A proxy that cannot be reached is named, without its credentials.
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    out = run_in_process(PROXIED_CALL, {"HTTP_PROXY": f"http://bob:hunter2@127.0.0.1:{port}"}, "http://platform.invalid")
+    assert out.startswith("APIConnectionError") and f"through the proxy http://127.0.0.1:{port} (from HTTP_PROXY)" in out
+    assert "hunter2" not in out, out
+
+
+@pytest.mark.parametrize("scheme", ["socks5h", "socks5"])
+def test_a_socks_proxy_from_all_proxy_is_used(emu, scheme):
+    """ALL_PROXY=socks5://... (SSH tunnels, VPN clients) failed every request with 'unsupported scheme'."""
+    socks = SocksServer(emu.port)
+    try:
+        # socks5h hands the host name to the proxy; socks5 resolves it first, so it names one that
+        # resolves without a network (and is not loopback, which would go direct).
+        host = "platform.invalid" if scheme == "socks5h" else "192.0.2.1"
+        base_url = f"http://{host}:{emu.port}/v0.5"
+        out = run_in_process(PROXIED_CALL.replace("sk-proxied-key-0001", emu.api_key), {"ALL_PROXY": f"{scheme}://127.0.0.1:{socks.port}"}, base_url)
+        assert out == "0"
+        assert socks.asked == [(host, emu.port)]
+    finally:
+        socks.close()
+
+
+def test_a_client_made_after_the_proxy_variables_change_follows_them(monkeypatch):
+    """The variables are read when a connection pool is built; a client made while an earlier one
+    was open shared its pool, and so the variables as they were then (a notebook that sets
+    HTTP_PROXY, or SSL_CERT_FILE, after a first failure kept failing until restarted)."""
+    for name in [k for k in os.environ if "proxy" in k.lower()]:
+        monkeypatch.delenv(name)
+    with FakeServer(lambda head: [response(200, b'{"num_files": 7, "num_bytes": 0}')]) as proxy:
+        with sensorium.Client("sk-first-0001", "http://platform.invalid", max_retries=0):
+            monkeypatch.setenv("HTTP_PROXY", proxy.base_url.rsplit("/", 1)[0])
+            with sensorium.Client("sk-second-0001", "http://platform.invalid", max_retries=0) as second:
+                assert second.files.info()["num_files"] == 7
+        assert b"GET http://platform.invalid/v0.5/files/info " in proxy.requests[0]
+
+
+CERTIFICATES = Path(__file__).parent / "certificates"
+
+TLS_CALLS = """
+import os, socket, ssl, sys, threading
+import sensorium
+certificate, key = sys.argv[1:3]
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(certificate, key)
+listener = socket.create_server(("127.0.0.1", 0))
+base_url = f"https://127.0.0.1:{listener.getsockname()[1]}"
+connections = []
+def serve():
+    while True:
+        conn, _ = listener.accept()
+        connections.append(conn)
+        try:
+            with context.wrap_socket(conn, server_side=True) as tls:
+                tls.recv(65536)
+                tls.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: 16\\r\\n\\r\\n{\\"num_files\\": 1}")
+        except OSError:
+            pass
+threading.Thread(target=serve, daemon=True).start()
+first = sensorium.Client("sk-tls-test-0001", base_url, max_retries=2)
+try:
+    print(first.files.info()["num_files"])
+except sensorium.errors.APIConnectionError as e:
+    print(e)
+print(len(connections))
+if len(sys.argv) > 3:  # the CA to trust, set while the first client is still open
+    os.environ["SSL_CERT_FILE"] = sys.argv[3]
+    print(sensorium.Client("sk-tls-test-0001", base_url).files.info()["num_files"])
+"""
+
+
+@pytest.mark.parametrize("certificate, refusal", [
+    ("self-signed", "it is a CA certificate serving as the server's own (a self-signed one, most likely)"),
+    ("server", "it is not signed by a certificate authority this machine trusts"),
+])
+def test_a_refused_certificate_is_said_in_words_once_and_not_retried(certificate, refusal):
+    """rustls's `invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))`, tried
+    max_retries + 1 times, each time printing `failed to verify TLS certificate` to stderr."""
+    pem, key = CERTIFICATES / f"{certificate}.pem", CERTIFICATES / f"{certificate}.key"
+    message, connections = run_in_process(TLS_CALLS, {}, str(pem), str(key)).splitlines()
+    assert message.startswith("connection error: GET https://127.0.0.1:") and "/v0.5/files/info: " in message
+    assert f"the server's TLS certificate was refused: {refusal}" in message, message
+    assert "set SSL_CERT_FILE to its PEM file" in message and "sk-tls-test" not in message, message
+    assert connections == "1"
+
+
+def test_ssl_cert_file_set_after_a_first_client_is_trusted_by_the_next():
+    pem, key = CERTIFICATES / "server.pem", CERTIFICATES / "server.key"
+    message, connections, answer = run_in_process(TLS_CALLS, {}, str(pem), str(key), str(CERTIFICATES / "ca.pem")).splitlines()
+    assert "not signed by a certificate authority" in message and answer == "1"

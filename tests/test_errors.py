@@ -8,10 +8,12 @@ import pickle
 import pytest
 
 import sensorium
+from _fake_server import FakeServer
 from _helpers import REASONER, calls
 from sensorium import errors
 from sensorium.errors import (
     APIConnectionError,
+    APIResponseValidationError,
     APIError,
     APIStatusError,
     APITimeoutError,
@@ -198,3 +200,27 @@ def test_errors_are_catchable_at_the_root(client):
         client.files.metadata("missing.txt")
     with pytest.raises(SensoriumError):
         client.query("", "hi")
+
+
+def many_headers(count: int) -> bytes:
+    """A 200 answer with ``count`` headers of its own (a gateway's tracing, cookies...)."""
+    head = "".join(f"X-Gateway-{n}: {n}\r\n" for n in range(count))
+    body = b'{"num_files": 3, "num_bytes": 0}'
+    return f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n{head}\r\n".encode() + body
+
+
+def test_an_answer_with_many_headers_is_read():
+    """Over ~96 headers failed as `APIConnectionError ... message head is too large` (hyper's
+    default limit of 100), and was retried."""
+    with FakeServer(lambda head: [many_headers(300)]) as server:
+        with sensorium.Client("sk-test", server.base_url, max_retries=0) as client:
+            assert client.files.info()["num_files"] == 3
+
+
+def test_an_answer_whose_header_section_is_too_large_says_so_and_is_not_retried():
+    with FakeServer(lambda head: [many_headers(1200)]) as server:
+        with sensorium.Client("sk-test", server.base_url, max_retries=2) as client:
+            with pytest.raises(APIResponseValidationError) as info:
+                client.files.info()
+        assert len(server.requests) == 1
+    assert "the answer's header section is too large to read" in str(info.value)

@@ -67,8 +67,9 @@ def test_unpickled_without_a_key_the_first_call_names_the_variable(emu, monkeypa
 
 @pytest.mark.parametrize("cls", [sensorium.Client, sensorium.AsyncClient])
 @pytest.mark.parametrize("key, problem", [("", "is not set"), ("   ", "is blank"), ("\n", "is blank"),
-                                          ("ab\ncd", "line break"), ("sk-\x1bx", "line break")],
-                         ids=["empty", "spaces", "newline", "inner-newline", "control-character"])
+                                          ("ab\ncd", "a control character"), ("sk-\x1bx", "a control character"),
+                                          ("sk-cl\u00e9", "a non-ASCII character")],
+                         ids=["empty", "spaces", "newline", "inner-newline", "control-character", "non-ascii"])
 def test_unpickled_with_an_unusable_key_the_first_call_says_so(emu, monkeypatch, cls, key, problem):
     """A blank or malformed key in the worker's environment made unpickling itself raise, which a
     multiprocessing pool cannot deliver: the task was lost and its caller waited for ever. Every

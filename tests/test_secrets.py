@@ -16,6 +16,7 @@ from sensorium.errors import (
     APIStatusError,
     APITimeoutError,
     AuthenticationError,
+    ConfigurationError,
     InternalServerError,
     InvalidArgumentError,
     SensoriumError,
@@ -123,10 +124,13 @@ def test_exceptions_do_not_show_the_key(semu, tmp_path):
 
 
 @pytest.mark.parametrize("cls", [sensorium.Client, sensorium.AsyncClient])
-@pytest.mark.parametrize("bad", ["sk-bad\nSECRET-line", "sk-bad\x00SECRET-nul", "sk-SECRET-\x7f"])
+@pytest.mark.parametrize("bad", ["sk-bad\nSECRET-line", "sk-bad\x00SECRET-nul", "sk-SECRET-\x7f",
+                                 # Not ASCII: sent as raw bytes, they were answered 401 by the
+                                 # server while the lens socket and the emulator refused them.
+                                 "sk-clé-SECRET", "sk-\u00a0SECRET", "sk-SECRET\u2028x", "sk-SECRET inside"])
 def test_key_with_forbidden_characters_is_refused_when_the_client_is_made_and_not_echoed(semu, cls, bad):
     # At construction, where the key was given, not at the first call.
-    with pytest.raises(InvalidArgumentError, match="^api_key: ") as info:
+    with pytest.raises(InvalidArgumentError, match="^api_key: contains characters ") as info:
         cls(bad, semu.base_url, max_retries=0)
     assert "SECRET" not in everything_about(info.value)
     assert semu.requests == []
@@ -140,6 +144,33 @@ def test_configuration_error_does_not_show_the_key(monkeypatch):
     with pytest.raises(SensoriumError) as info:
         sensorium.Client(SECRET, "ftp://nowhere")
     assert SECRET not in everything_about(info.value)
+
+
+@pytest.mark.parametrize("arguments, keywords, variables", [
+    (("https://api.example.com", SECRET), {}, {}),  # positional arguments swapped
+    ((), {"api_key": SECRET, "base_url": SECRET}, {}),
+    ((), {"api_key": SECRET, "base_url": "https://h", "agents_base_url": SECRET}, {}),
+    ((), {}, {"SENSORIUM_API_KEY": SECRET, "SENSORIUM_BASE_URL": SECRET}),  # the wrong variable exported
+    ((), {}, {"SENSORIUM_API_KEY": SECRET, "SENSORIUM_BASE_URL": "https://h", "SENSORIUM_AGENTS_BASE_URL": SECRET}),
+    ((), {"api_key": SECRET, "base_url": f"https://h:{SECRET}"}, {}),  # not a URL, the key inside
+])
+def test_a_key_where_a_url_goes_is_not_printed(monkeypatch, arguments, keywords, variables):
+    for name in ("SENSORIUM_API_KEY", "SENSORIUM_BASE_URL", "SENSORIUM_AGENTS_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigurationError) as info:
+        sensorium.Client(*arguments, **keywords)
+    message = str(info.value)
+    assert SECRET not in everything_about(info.value) and SECRET[:12] not in message, message
+    # Still says which setting is wrong, and why.
+    assert "base_url" in message or "BASE_URL" in message, message
+    assert "http://" in message or "https://" in message, message
+
+
+def test_swapped_arguments_are_pointed_out():
+    with pytest.raises(ConfigurationError, match=r"swapped.*Client\(api_key, base_url\)"):
+        sensorium.Client("https://api.example.com", SECRET)
 
 
 def test_client_pickles_never_hold_the_key(semu):

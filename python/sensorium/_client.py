@@ -135,7 +135,7 @@ class _BaseClient:
 
 def _unpickle_client(cls: type[_BaseClient], config: dict[str, Any]) -> _BaseClient:
     """Rebuilds a pickled client with the key of this process's environment. Without a usable
-    one (unset, blank, or with a line break or another control character), the client still
+    one (unset, blank, or holding characters no key can hold), the client still
     unpickles, and its first call raises (see ``KeylessCore``)."""
     key = os.environ.get(API_KEY_ENV, "")
     problem = f"{API_KEY_ENV} is not set in this process" if not key else f"{API_KEY_ENV} is blank in this process"
@@ -145,9 +145,8 @@ def _unpickle_client(cls: type[_BaseClient], config: dict[str, Any]) -> _BaseCli
         except InvalidArgumentError as refused:
             if refused.argument != "api_key":
                 raise
-            # Its own message would do, but it names the argument `api_key`, which no one passed here.
-            problem = (f"{API_KEY_ENV} in this process holds a line break or another control character, which "
-                       "no HTTP header can carry (check how it was copied)")
+            # Its own words, less the argument `api_key`, which no one passed here.
+            problem = f"{API_KEY_ENV} in this process " + str(refused).removeprefix("api_key: ")
     client = object.__new__(cls)
     client._options = Options(config["timeout"], config["connect_timeout"], config["read_timeout"],
                               config["max_retries"], headers(config["default_headers"]))
@@ -197,6 +196,10 @@ class Client(_BaseClient):
     (``bundles.run``, ``blueprints.create``, ``lens.register``...) is not sent again once it may have
     reached the platform (a dropped connection after sending, a timeout, a cut answer): it raises
     ``APIConnectionError`` with ``may_have_been_processed=True``, so check before calling again.
+    A key of anything but visible ASCII (an accented letter, a space, a line break pasted with it)
+    is refused with ``InvalidArgumentError``, never sent. Proxies (``HTTPS_PROXY``, ``HTTP_PROXY``,
+    ``ALL_PROXY``, ``NO_PROXY``) and ``SSL_CERT_FILE`` are read when the client is made; loopback
+    (the emulator) never goes through a proxy (README, "Proxies and certificates").
 
     >>> import sensorium
     >>> with sensorium.Client() as client:                              # doctest: +SKIP

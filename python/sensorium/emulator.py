@@ -100,10 +100,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _as_flag(message: str, parser: argparse.ArgumentParser) -> str:
     """The core's message names the keyword argument (``page_size must be ...``); here it names
-    the flag the user typed (``--page-size must be ...``)."""
+    the flag the user typed (``--page-size must be ...``; ``api_key: contains ...`` becomes
+    ``--api-key contains ...``)."""
     name, _, rest = message.partition(" ")
     for action in parser._actions:
-        if action.dest == name and action.option_strings:
+        if action.dest == name.rstrip(":") and action.option_strings:
             return f"{action.option_strings[0]} {rest}"
     return message
 

@@ -95,13 +95,11 @@ fn check_api_key(key: &str) -> PyResult<()> {
     if key.is_empty() {
         return Err(PyValueError::new_err("api_key is empty; give visible ASCII characters, or None for a random key"));
     }
-    if let Some(at) = key.chars().position(|c| !c.is_ascii_graphic()) {
-        return Err(PyValueError::new_err(format!(
-            "api_key has a space, a control or a non-ASCII character at position {at}; the key is sent in the \
-             Authorization header, so it takes visible ASCII characters only"
-        )));
+    // The clients refuse the same keys, in the same words.
+    match crate::client::secret::ApiKey::new(key).unusable() {
+        Some(why) => Err(PyValueError::new_err(format!("api_key: {why}"))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn parse_host(host: &str) -> PyResult<IpAddr> {

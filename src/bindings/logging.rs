@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use log::{LevelFilter, Log, Metadata, Record};
+use log::{Level, LevelFilter, Log, Metadata, Record};
 use parking_lot::Mutex;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -42,6 +42,35 @@ impl Log for Bridge {
     }
 
     fn log(&self, record: &Record) {
+        // Another crate's lines (rustls, hyper, tungstenite) go at debug: they tell of failures the
+        // SDK reports itself, by an exception or a line of its own, and Python, with no logging
+        // set up, prints warnings and errors to stderr: a refused certificate printed
+        // `failed to verify TLS certificate` once per attempt above the exception that said so.
+        if record.level() < Level::Debug && !is_ours(record.target()) {
+            let args = *record.args();
+            let demoted = Record::builder()
+                .args(args)
+                .level(Level::Debug)
+                .target(record.target())
+                .module_path(record.module_path())
+                .file(record.file())
+                .line(record.line())
+                .build();
+            return self.deliver(&demoted);
+        }
+        self.deliver(record);
+    }
+
+    fn flush(&self) {}
+}
+
+/// Whether a record's target is this crate's own (`_core::client::transport`).
+fn is_ours(target: &str) -> bool {
+    target.strip_prefix(env!("CARGO_CRATE_NAME")).is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+}
+
+impl Bridge {
+    fn deliver(&self, record: &Record) {
         // Answered from the cache: a disabled line takes no GIL.
         if !self.0.enabled(record.metadata()) {
             return;
@@ -60,8 +89,6 @@ impl Log for Bridge {
             }
         });
     }
-
-    fn flush(&self) {}
 }
 
 /// Where an exception raised while logging goes. An ordinary error (`Exception`) is the logging
@@ -104,5 +131,18 @@ pub fn sync_level(py: Python<'_>) -> PyResult<()> {
         }
         Err(err) if err.is_instance_of::<PyException>(py) => Ok(()),
         Err(interrupt) => Err(interrupt),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_ours;
+
+    #[test]
+    fn only_this_crates_lines_keep_their_level() {
+        assert!(is_ours("_core") && is_ours("_core::client::transport"));
+        for other in ["_core_extra::x", "rustls_platform_verifier::verification::others", "hyper_util::client", "sensorium"] {
+            assert!(!is_ours(other), "{other}");
+        }
     }
 }

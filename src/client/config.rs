@@ -81,9 +81,19 @@ impl ClientConfig {
                 return Err(Error::Config(format!("sensorium needs {}", missing.join(" and "))));
             }
         };
+        let api_key = ApiKey::new(api_key.trim());
+        let root = root_url(&base_url, &api_key).map_err(|e| {
+            // Given in each other's place (`Client(base_url, api_key)`): the key is the URL.
+            let swapped = !base_url.contains("://") && is_web_url(api_key.expose());
+            let e = match e {
+                Error::Config(message) if swapped => Error::Config(format!("{message}; {SWAPPED}")),
+                other => other,
+            };
+            from_variable(e, base_url_from_env, "base_url", BASE_URL_ENV)
+        })?;
         Ok(ClientConfig {
-            api_key: ApiKey::new(api_key.trim()),
-            root: root_url(&base_url).map_err(|e| from_variable(e, base_url_from_env, "base_url", BASE_URL_ENV))?,
+            api_key,
+            root,
             agents_base: None,
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
@@ -100,7 +110,8 @@ impl ClientConfig {
             return Ok(());
         };
         self.agents_base = Some(
-            agents_base(&text).map_err(|e| from_variable(e, from_env, "agents_base_url", AGENTS_BASE_URL_ENV))?,
+            agents_base(&text, &self.api_key)
+                .map_err(|e| from_variable(e, from_env, "agents_base_url", AGENTS_BASE_URL_ENV))?,
         );
         Ok(())
     }
@@ -128,13 +139,13 @@ impl ClientConfig {
 }
 
 /// The agents prefix as given, less a trailing `/`, once checked.
-fn agents_base(text: &str) -> Result<String, Error> {
+fn agents_base(text: &str, key: &ApiKey) -> Result<String, Error> {
     let trimmed = text.trim().trim_end_matches('/');
-    let shown = without_credentials(trimmed);
+    let shown = shown_value(trimmed, key, "agents_base_url")?;
     let url =
-        Url::parse(trimmed).map_err(|e| Error::Config(format!("agents_base_url: {shown:?} is not a valid URL ({e})")))?;
+        Url::parse(trimmed).map_err(|e| Error::Config(format!("agents_base_url: {shown} is not a valid URL ({e})")))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(Error::Config(format!("agents_base_url: {shown:?} must be an http:// or https:// URL with a host")));
+        return Err(Error::Config(format!("agents_base_url: {shown} must be an http:// or https:// URL with a host")));
     }
     refuse_credentials(&url, "agents_base_url")?;
     Ok(trimmed.to_string())
@@ -155,17 +166,17 @@ fn from_variable(err: Error, from_env: bool, argument: &str, variable: &str) -> 
 /// Accepts a base URL with or without a version suffix (`/v0.5`, `/v0.6`, `/v1`...) and returns
 /// the root the versions hang off. A bare host gave an empty error in the platform's own
 /// client; here it just works.
-pub fn root_url(base_url: &str) -> Result<Url, Error> {
+pub fn root_url(base_url: &str, key: &ApiKey) -> Result<Url, Error> {
     let trimmed = base_url.trim();
-    let shown = without_credentials(trimmed);
+    let shown = shown_value(trimmed, key, "base_url")?;
     let mut url = Url::parse(trimmed).map_err(|e| {
-        Error::Config(format!("base_url: {shown:?} is not a valid URL ({e})"))
+        Error::Config(format!("base_url: {shown} is not a valid URL ({e})"))
     })?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(Error::Config(format!("base_url: {shown:?} must start with http:// or https://")));
+        return Err(Error::Config(format!("base_url: {shown} must start with http:// or https://")));
     }
     if url.host_str().is_none() {
-        return Err(Error::Config(format!("base_url: {shown:?} has no host")));
+        return Err(Error::Config(format!("base_url: {shown} has no host")));
     }
     refuse_credentials(&url, "base_url")?;
     url.set_query(None);
@@ -183,9 +194,9 @@ pub fn root_url(base_url: &str) -> Result<Url, Error> {
         let mut root = url.clone();
         root.set_path(&base.join("/"));
         return Err(Error::Config(format!(
-            "base_url: {shown:?} goes on past its version (/{}): give the base URL up to the version, such as {:?}",
-            segments[at + 1..].join("/"),
-            without_credentials(root.as_str().trim_end_matches('/'))
+            "base_url: {shown} goes on past its version (/{}): give the base URL up to the version, such as {:?}",
+            key.redact_in(&segments[at + 1..].join("/")),
+            key.redact_in(&without_credentials(root.as_str().trim_end_matches('/')))
         )));
     }
     let keep: Vec<&String> = match segments.last() {
@@ -207,6 +218,41 @@ fn refuse_credentials(url: &Url, argument: &str) -> Result<(), Error> {
     Err(Error::Config(format!(
         "{argument}: holds credentials before '@'; remove them (the API key goes in api_key or SENSORIUM_API_KEY)"
     )))
+}
+
+/// How an error message shows `text`, a value given for `argument`: quoted, with credentials
+/// masked and the API key taken out wherever it sits. A value without `://` is refused here, and
+/// not quoted: it is no URL, and is often the key itself given where a URL goes (arguments
+/// swapped, `SENSORIUM_BASE_URL=$SENSORIUM_API_KEY`), which an error message would print where
+/// logs and tracebacks keep it. It is described instead: its length and, when long enough that
+/// the rest stays unknown, its first characters, so a caller can tell which value it was.
+fn shown_value(text: &str, key: &ApiKey, argument: &str) -> Result<String, Error> {
+    if text.contains("://") {
+        return Ok(format!("{:?}", key.redact_in(&without_credentials(text))));
+    }
+    let what = if text == key.expose() {
+        "holds the API key, not a URL".to_string()
+    } else {
+        let length = text.chars().count();
+        let start: String = text.chars().take(SHOWN_START).collect();
+        if length >= 3 * SHOWN_START && !key.appears_in(text) {
+            format!("(a value of {length} characters starting {start:?}) has no scheme")
+        } else {
+            format!("(a value of {length} characters) has no scheme")
+        }
+    };
+    Err(Error::Config(format!("{argument}: {what}; give a URL that starts with http:// or https://")))
+}
+
+/// How many of a value's first characters `shown_value` shows.
+const SHOWN_START: usize = 4;
+
+/// Said when `base_url` is no URL and `api_key` is one.
+const SWAPPED: &str = "api_key holds a URL: were the two swapped? The key comes first: Client(api_key, base_url)";
+
+fn is_web_url(text: &str) -> bool {
+    let text = text.trim().to_ascii_lowercase();
+    text.starts_with("http://") || text.starts_with("https://")
 }
 
 /// `text` for an error message, with anything between `://` and an `@` of the authority masked.
@@ -282,7 +328,7 @@ mod tests {
             _ => None,
         };
         let err = ClientConfig::resolve(Some("k".into()), None, env).unwrap_err().to_string();
-        assert!(err.contains("the SENSORIUM_BASE_URL environment variable: \"api.example/v0.5\""), "{err}");
+        assert!(err.contains("the SENSORIUM_BASE_URL environment variable: (a value of 16 characters starting \"api.\")"), "{err}");
         assert!(!err.contains("base_url:"), "{err}");
         // Passed as an argument, the argument is named.
         let err = ClientConfig::resolve(Some("k".into()), Some("api.example".into()), env).unwrap_err().to_string();
@@ -316,6 +362,30 @@ mod tests {
         cfg.set_agents_base(None, |n| (n == AGENTS_BASE_URL_ENV).then(|| "https://a/x".into())).unwrap();
         assert_eq!(cfg.agents_base_url(), "https://a/x");
         assert!(cfg.set_agents_base(Some("ftp://h".into()), |_| None).is_err());
+    }
+
+    #[test]
+    fn a_key_given_where_a_url_goes_is_described_never_printed() {
+        let key = "sk-live-9f8e7d6c5b4a39281706";
+        let err = resolve(Some(key), Some(key)).unwrap_err().to_string();
+        assert_eq!(err, "base_url: holds the API key, not a URL; give a URL that starts with http:// or https://");
+        // Swapped: the key is in base_url, the URL in api_key.
+        let err = resolve(Some("https://api.example.com"), Some(key)).unwrap_err().to_string();
+        assert!(err.starts_with("base_url: (a value of 28 characters starting \"sk-l\") has no scheme"), "{err}");
+        assert!(err.contains("swapped") && !err.contains(&key[4..]), "{err}");
+        // Inside something that looks like a URL, the key is taken out.
+        let err = resolve(Some(key), Some(&format!("https://h:{key}"))).unwrap_err().to_string();
+        assert!(err.contains("\"https://h:<redacted>\"") && !err.contains(key), "{err}");
+        let err = resolve(Some(key), Some(&format!("https://h/v0.5/query/{key}"))).unwrap_err().to_string();
+        assert!(!err.contains(key), "{err}");
+        // A short value shows only its length; one holding the key, too.
+        let err = resolve(Some(key), Some("h:80")).unwrap_err().to_string();
+        assert!(err.starts_with("base_url: (a value of 4 characters) has no scheme"), "{err}");
+        let err = resolve(Some(key), Some(&format!("{key}-2025"))).unwrap_err().to_string();
+        assert!(err.starts_with("base_url: (a value of 33 characters) has no scheme"), "{err}");
+        let mut cfg = resolve(Some(key), Some("https://h")).unwrap();
+        let err = cfg.set_agents_base(Some(key.into()), |_| None).unwrap_err().to_string();
+        assert!(err.starts_with("agents_base_url: holds the API key"), "{err}");
     }
 
     #[test]

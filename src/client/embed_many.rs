@@ -473,8 +473,8 @@ mod tests {
             api(400, &envelope("invalid_model_version")),
             Error::invalid_argument("model", "answered with text, not embeddings"),
             Error::Config("no API key".into()),
-            Error::Unreachable { message: "connection refused".into(), timed_out: false },
-            Error::Unreachable { message: "connect timed out".into(), timed_out: true },
+            Error::Unreachable { message: "connection refused".into(), timed_out: false, certificate: false },
+            Error::Unreachable { message: "connect timed out".into(), timed_out: true, certificate: false },
         ] {
             assert!(stops_the_batch(&stops), "{stops}");
         }

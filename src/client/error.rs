@@ -26,9 +26,10 @@ pub enum Error {
     Connection { message: String },
     /// No connection could be made (refused, DNS, TLS handshake, or no answer to connecting
     /// within the connect timeout: `timed_out`): the request never left. Every request to that
-    /// address fails the same way until something answers there.
+    /// address fails the same way until something answers there. `certificate`: TLS refused the
+    /// server's certificate, which no retry can change (until the certificate or the trusted CAs do).
     #[error("{}: {message}", if *.timed_out { "request timed out" } else { "connection error" })]
-    Unreachable { message: String, timed_out: bool },
+    Unreachable { message: String, timed_out: bool, certificate: bool },
     /// A timeout fired (connect, per-attempt, or a stalled body).
     #[error("request timed out: {message}")]
     Timeout { message: String },
@@ -80,7 +81,8 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Api(api) => api.is_retryable(),
-            Error::Connection { .. } | Error::Unreachable { .. } | Error::Timeout { .. } => true,
+            Error::Unreachable { certificate, .. } => !certificate,
+            Error::Connection { .. } | Error::Timeout { .. } => true,
             _ => false,
         }
     }
@@ -107,7 +109,9 @@ impl Error {
                 Error::Api(api)
             }
             Error::Connection { message } => Error::Connection { message: text(message) },
-            Error::Unreachable { message, timed_out } => Error::Unreachable { message: text(message), timed_out },
+            Error::Unreachable { message, timed_out, certificate } => {
+                Error::Unreachable { message: text(message), timed_out, certificate }
+            }
             Error::Timeout { message } => Error::Timeout { message: text(message) },
             Error::QueryFailed { query_id, error_msg, mut response } => {
                 key.redact_value(&mut response);

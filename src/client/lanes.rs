@@ -26,6 +26,7 @@ use tokio::time::Sleep;
 
 use super::error::Error;
 use super::fork;
+use super::proxy::Proxies;
 use super::transport::{build_http_client, POOL_IDLE_TIMEOUT};
 
 /// A single-threaded runtime and an HTTP client whose connections belong to it.
@@ -40,12 +41,12 @@ pub struct Lane {
 }
 
 impl Lane {
-    fn new(connect_timeout: Duration) -> Result<Lane, Error> {
+    fn new(connect_timeout: Duration, proxies: &Proxies) -> Result<Lane, Error> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| Error::Config(format!("could not start an I/O loop for blocking calls: {e}")))?;
-        let http = build_http_client(connect_timeout)?;
+        let http = build_http_client(connect_timeout, proxies)?;
         Ok(Lane { runtime: Some(runtime), http, idle_since: Instant::now(), slice_end: Mutex::new(None) })
     }
 
@@ -132,6 +133,8 @@ pub const MAX_LANES: usize = 32;
 /// The lanes of one HTTP configuration (a connect timeout).
 pub struct Lanes {
     connect_timeout: Duration,
+    /// The pool's proxy rules, read from the environment once for all its lanes.
+    proxies: Proxies,
     /// The fork generation the lanes were made in (see `Drop`).
     generation: u64,
     slots: Mutex<Slots>,
@@ -145,8 +148,8 @@ struct Slots {
 }
 
 impl Lanes {
-    pub fn new(connect_timeout: Duration, generation: u64) -> Lanes {
-        Lanes { connect_timeout, generation, slots: Mutex::new(Slots { idle: Vec::new(), live: 0 }) }
+    pub fn new(connect_timeout: Duration, proxies: Proxies, generation: u64) -> Lanes {
+        Lanes { connect_timeout, proxies, generation, slots: Mutex::new(Slots { idle: Vec::new(), live: 0 }) }
     }
 
     /// An idle lane, or a new one when every lane is in use; `None` when `MAX_LANES` are in use
@@ -173,7 +176,7 @@ impl Lanes {
         if lane.is_some() {
             return lane;
         }
-        match Lane::new(self.connect_timeout) {
+        match Lane::new(self.connect_timeout, &self.proxies) {
             Ok(lane) => Some(lane),
             Err(err) => {
                 self.slots.lock().live -= 1;
@@ -262,7 +265,7 @@ mod tests {
 
     #[test]
     fn a_slice_ends_on_the_lanes_timer_and_the_same_future_goes_on_in_the_next() {
-        let lanes = Lanes::new(Duration::from_secs(5), fork::generation());
+        let lanes = Lanes::new(Duration::from_secs(5), Proxies::none(), fork::generation());
         let lane = lanes.take().expect("a lane");
         let slice = Duration::from_millis(5);
         let mut never = std::future::pending::<()>();
@@ -281,7 +284,7 @@ mod tests {
     #[test]
     fn calls_one_after_another_reuse_the_lanes_connection() {
         let (url, accepted) = server(false);
-        let lanes = Lanes::new(Duration::from_secs(5), fork::generation());
+        let lanes = Lanes::new(Duration::from_secs(5), Proxies::none(), fork::generation());
         for _ in 0..3 {
             let lane = lanes.take().expect("a lane");
             assert_eq!(lane.block_on(get(lane.http(), &url)).expect("request"), "ok");
@@ -294,7 +297,7 @@ mod tests {
     #[test]
     fn a_connection_the_server_closed_while_the_lane_was_idle_is_replaced_without_an_error() {
         let (url, accepted) = server(true);
-        let lanes = Lanes::new(Duration::from_secs(5), fork::generation());
+        let lanes = Lanes::new(Duration::from_secs(5), Proxies::none(), fork::generation());
         for round in 1..=20 {
             let lane = lanes.take().expect("a lane");
             let body = lane.block_on(get(lane.http(), &url)).expect("the request succeeds");
@@ -310,7 +313,7 @@ mod tests {
     #[test]
     fn calls_at_once_get_lanes_of_their_own_and_give_them_back() {
         let (url, _) = server(true);
-        let lanes = Lanes::new(Duration::from_secs(5), fork::generation());
+        let lanes = Lanes::new(Duration::from_secs(5), Proxies::none(), fork::generation());
         let first = lanes.take().expect("a lane");
         let second = lanes.take().expect("a lane");
         assert_eq!(second.block_on(get(second.http(), &url)).expect("request"), "ok");
@@ -322,7 +325,7 @@ mod tests {
 
     #[test]
     fn past_the_limit_calls_get_no_lane_until_one_is_given_back() {
-        let lanes = Lanes::new(Duration::from_secs(5), fork::generation());
+        let lanes = Lanes::new(Duration::from_secs(5), Proxies::none(), fork::generation());
         let taken: Vec<Lane> = (0..MAX_LANES).map(|_| lanes.take().expect("a lane")).collect();
         assert!(lanes.take().is_none());
         for lane in taken {
@@ -334,7 +337,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lane_dropped_inside_another_runtime_does_not_panic() {
-        let lanes = Lanes::new(Duration::from_secs(5), fork::generation());
+        let lanes = Lanes::new(Duration::from_secs(5), Proxies::none(), fork::generation());
         let lane = lanes.take().expect("a lane");
         drop(lane);
     }

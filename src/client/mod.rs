@@ -1,6 +1,7 @@
 //! The client, in pure Rust (no pyo3): configuration, transport, retries, errors, pagination
 //! and one module per surface.
 
+pub mod certificate;
 pub mod config;
 pub mod embed_many;
 pub mod error;
@@ -9,6 +10,7 @@ pub mod fork;
 pub mod lanes;
 pub mod pacing;
 pub mod path_segment;
+pub mod proxy;
 pub mod retry;
 pub mod secret;
 pub mod transport;

@@ -18,6 +18,25 @@ impl ApiKey {
         &self.0
     }
 
+    /// Why this key cannot be sent, if it cannot, for a message after `api_key: `. A key goes as
+    /// `Authorization: Bearer <key>`, where only visible ASCII arrives as given: a control
+    /// character cannot be sent at all, and a space or a non-ASCII character (an accented letter, a
+    /// non-breaking space, a Unicode line separator pasted with it) would go as other bytes than
+    /// the server issued, to be answered 401 far from the cause. The message says what kind of
+    /// character and where, never what the key holds.
+    pub fn unusable(&self) -> Option<String> {
+        let (at, c) = self.0.chars().enumerate().find(|(_, c)| !c.is_ascii_graphic())?;
+        let kind = match c {
+            ' ' => "a space",
+            c if c.is_control() => "a control character (a line break, a tab...)",
+            _ => "a non-ASCII character",
+        };
+        Some(format!(
+            "contains characters an API key cannot hold: {kind} at position {at} (a key is visible ASCII only, as \
+             it travels in an HTTP header); check how it was copied"
+        ))
+    }
+
     /// Whether `text` holds the key (one SIMD scan); a key too short to redact never does.
     pub fn appears_in(&self, text: &str) -> bool {
         self.0.len() >= 4 && memchr::memmem::find(text.as_bytes(), self.0.as_bytes()).is_some()
@@ -98,6 +117,23 @@ mod tests {
         assert!(!format!("{key:?}").contains("secret"));
         assert!(!format!("{key}").contains("secret"));
         assert_eq!(key.redact_in("x sk-very-secret-123 y"), "x <redacted> y");
+    }
+
+    #[test]
+    fn a_key_of_anything_but_visible_ascii_is_unusable_and_the_reason_never_quotes_it() {
+        assert_eq!(ApiKey::new("sk-live_0123.AZaz~!").unusable(), None);
+        for (key, kind, at) in [
+            ("sk-clé-secret", "non-ASCII", 5),
+            ("sk-\u{a0}secret", "non-ASCII", 3),
+            ("sk-secret\u{2028}", "non-ASCII", 9),
+            ("sk secret", "a space", 2),
+            ("sk-\nsecret", "control", 3),
+            ("sk-secret\u{7f}", "control", 9),
+        ] {
+            let why = ApiKey::new(key).unusable().expect(key);
+            assert!(why.starts_with("contains characters ") && why.contains(kind), "{why}");
+            assert!(why.contains(&format!("position {at}")) && !why.contains("secret"), "{why}");
+        }
     }
 
     #[test]

@@ -12,11 +12,13 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT
 use reqwest::{Method, Response};
 use serde::de::DeserializeOwned;
 
+use super::certificate;
 use super::config::ClientConfig;
 use super::error::{seconds, ApiError, Error};
 use super::fork;
 use super::lanes::{Lane, Lanes};
 use super::pacing::Pacer;
+use super::proxy::Proxies;
 use super::retry::parse_retry_after;
 
 /// Sent with every attempt so servers (and the emulator's request log) can tell retries apart.
@@ -176,12 +178,43 @@ pub struct Pool {
     http: Option<reqwest::Client>,
     lanes: Lanes,
     generation: u64,
+    /// The proxy variables as they were when the pool was built, which its connections follow.
+    proxies: Proxies,
 }
 
 impl Pool {
-    fn new(connect_timeout: Duration, generation: u64) -> Result<Pool, Error> {
-        let http = build_http_client(connect_timeout)?;
-        Ok(Pool { http: Some(http), lanes: Lanes::new(connect_timeout, generation), generation })
+    fn new(connect_timeout: Duration, generation: u64, proxies: Proxies) -> Result<Pool, Error> {
+        let http = build_http_client(connect_timeout, &proxies)?;
+        let lanes = Lanes::new(connect_timeout, proxies.clone(), generation);
+        Ok(Pool { http: Some(http), lanes, generation, proxies })
+    }
+}
+
+/// The variables a pool reads when it is built: its trusted CAs (rustls reads `SSL_CERT_FILE`
+/// and `SSL_CERT_DIR` with the system's) and its proxies ([`Proxies`]). A client made after one
+/// changed gets a pool of its own, which reads them anew, rather than that of the clients made
+/// before: a notebook that sets `SSL_CERT_FILE` after a first failure is then answered by the next
+/// client it makes, not only after every earlier one is gone.
+#[derive(Clone, PartialEq, Eq)]
+struct PoolEnvironment(Vec<Option<std::ffi::OsString>>);
+
+impl PoolEnvironment {
+    const VARIABLES: [&'static str; 11] = [
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "REQUEST_METHOD",
+    ];
+
+    fn now() -> Self {
+        PoolEnvironment(Self::VARIABLES.iter().map(std::env::var_os).collect())
     }
 }
 
@@ -205,7 +238,12 @@ impl std::fmt::Debug for Transport {
 impl Transport {
     /// A transport with a pool of its own.
     pub fn new(config: ClientConfig) -> Result<Self, Error> {
-        let pool = Arc::new(Pool::new(config.timeouts.connect, fork::generation())?);
+        Transport::with_proxies(config, Proxies::from_env())
+    }
+
+    /// A transport with a pool of its own that routes by `proxies`.
+    pub fn with_proxies(config: ClientConfig, proxies: Proxies) -> Result<Self, Error> {
+        let pool = Arc::new(Pool::new(config.timeouts.connect, fork::generation(), proxies)?);
         Transport::founding(pool, config)
     }
 
@@ -228,10 +266,11 @@ impl Transport {
         Transport::around(pool, config, family)
     }
 
-    /// The pool of the process's live transports with connect timeout `connect`, or a new one.
+    /// The pool of the process's live transports with connect timeout `connect`, built under
+    /// the environment as it is now ([`PoolEnvironment`]), or a new one.
     fn shared_pool(connect: Duration, generation: u64) -> Result<Arc<Pool>, Error> {
-        /// The fork generation they belong to, and the pool per connect timeout.
-        type Pools = Vec<(Duration, Weak<Pool>)>;
+        /// The fork generation they belong to, and the pool per connect timeout and environment.
+        type Pools = Vec<(Duration, PoolEnvironment, Weak<Pool>)>;
         static SHARED: parking_lot::Mutex<Option<(u64, Pools)>> = parking_lot::Mutex::new(None);
         /// This generation's pools, the ones gone dropped.
         fn pools(slot: &mut Option<(u64, Pools)>, generation: u64) -> &mut Pools {
@@ -239,10 +278,13 @@ impl Transport {
                 slot.take();
             }
             let (_, pools) = slot.get_or_insert_with(|| (generation, Vec::new()));
-            pools.retain(|(_, pool)| pool.strong_count() > 0);
+            pools.retain(|(_, _, pool)| pool.strong_count() > 0);
             pools
         }
-        let live = |pools: &Pools| pools.iter().find_map(|(timeout, pool)| (*timeout == connect).then(|| pool.upgrade()).flatten());
+        let environment = PoolEnvironment::now();
+        let live = |pools: &Pools| {
+            pools.iter().find_map(|(timeout, built_in, pool)| (*timeout == connect && *built_in == environment).then(|| pool.upgrade()).flatten())
+        };
         let found = live(pools(&mut SHARED.lock(), generation));
         let pool = match found {
             Some(pool) => pool,
@@ -251,13 +293,13 @@ impl Transport {
                 // Python code, which needs the GIL, and a thread holding the GIL may be waiting
                 // for SHARED; holding it here deadlocked two threads creating clients at once.
                 // Of two pools built at once, the one registered first is used.
-                let built = Arc::new(Pool::new(connect, generation)?);
+                let built = Arc::new(Pool::new(connect, generation, Proxies::from_env())?);
                 let mut slot = SHARED.lock();
                 let pools = pools(&mut slot, generation);
                 match live(pools) {
                     Some(pool) => pool,
                     None => {
-                        pools.push((connect, Arc::downgrade(&built)));
+                        pools.push((connect, environment.clone(), Arc::downgrade(&built)));
                         built
                     }
                 }
@@ -272,8 +314,11 @@ impl Transport {
             .map_err(|e| Error::invalid_argument("base_url", format!("cannot build a request to {query_url}: {e}")))?;
         // The key and the headers are checked here, when the client is made, rather than at its
         // first call, where a typo in a header would surface far from where it was written.
+        if let Some(why) = config.api_key.unusable() {
+            return Err(Error::invalid_argument("api_key", why));
+        }
         let mut authorization = HeaderValue::from_str(&format!("Bearer {}", config.api_key.expose()))
-            .map_err(|_| Error::invalid_argument("api_key", API_KEY_NOT_A_HEADER))?;
+            .map_err(|_| Error::invalid_argument("api_key", "cannot be sent in an HTTP header"))?;
         authorization.set_sensitive(true);
         let default_headers = config
             .default_headers
@@ -296,6 +341,11 @@ impl Transport {
     /// The pacing shared by this client's concurrent batches (`execute_paced`).
     pub fn pacer(&self) -> &Pacer {
         &self.pacer
+    }
+
+    /// The proxy rules this transport's connections follow.
+    pub fn proxies(&self) -> &Proxies {
+        &self.pool.proxies
     }
 
     /// The lanes blocking calls of this transport run on (see `crate::client::lanes`).
@@ -679,12 +729,25 @@ impl Transport {
     fn send_error(&self, call: &Call, err: reqwest::Error) -> Error {
         let (connect, timeout, builder) = (err.is_connect(), err.is_timeout(), err.is_builder());
         // reqwest's text names the URL in full; ours is written below, as `shown` gives it.
-        let detail = error_chain(&err.without_url());
-        let url = shown(call);
+        let err = err.without_url();
+        let detail = error_chain(&err);
+        // Through a proxy, what failed may be the proxy: say which (never its credentials).
+        let via = self.proxies().route(&call.url).map_or_else(String::new, |route| format!(" through {route}"));
+        let url = format!("{}{via}", shown(call));
         // A connect timeout is both: it counts as no connection made (nothing was sent, and a
         // batch stops on it), and is still told to the caller as a timeout.
-        if connect {
-            Error::Unreachable { message: format!("{} {url}: {detail}", call.method), timed_out: timeout }
+        let host = reqwest::Url::parse(&call.url).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_default();
+        if head_too_large(&err) {
+            // An answer came, and would come the same again: not retried.
+            let why = format!(
+                "the answer's header section is too large to read (more than {MAX_ANSWER_HEADERS} headers, or \
+                 about 400 kB); a proxy or gateway on the way may be adding them"
+            );
+            Error::unexpected(&url, why, b"")
+        } else if let Some(why) = certificate::refused(&err, &host) {
+            Error::Unreachable { message: format!("{} {url}: {why}", call.method), timed_out: false, certificate: true }
+        } else if connect {
+            Error::Unreachable { message: format!("{} {url}: {detail}", call.method), timed_out: timeout, certificate: false }
         } else if timeout {
             Error::Timeout { message: format!("{} {url}: {detail}", call.method) }
         } else if builder {
@@ -697,7 +760,7 @@ impl Transport {
     async fn api_error(&self, call: &Call, response: Response) -> ApiError {
         let status = response.status().as_u16();
         let retry_after = parse_retry_after(response.headers());
-        let hint = redirect_hint(status, response.headers());
+        let hint = redirect_hint(status, response.headers()).or_else(|| self.proxy_hint(call, status));
         let raw = match read_body(response, self.config.timeouts.read).await {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(err) => format!("(error body unreadable: {err})"),
@@ -707,6 +770,21 @@ impl Transport {
         let mut error = ApiError::from_body(status, call.method.as_str(), shown(call), raw, retry_after);
         error.hint = hint.map(|hint| self.config.api_key.redact_in(&hint));
         error
+    }
+}
+
+impl Transport {
+    /// What an answer that may be a proxy's says: one sent through a proxy and answered with a
+    /// status proxies give (407, or a gateway's 502, 503, 504) may never have reached the platform.
+    fn proxy_hint(&self, call: &Call, status: u16) -> Option<String> {
+        if !matches!(status, 407 | 502..=504) {
+            return None;
+        }
+        let route = self.proxies().route(&call.url)?;
+        Some(format!(
+            "The request went through {route}, which may have given this answer itself; if the platform is \
+             reachable directly, add its host to NO_PROXY"
+        ))
     }
 }
 
@@ -736,8 +814,29 @@ pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// to request and never fills the idle list, so the cap only closes what a burst left behind.
 const POOL_MAX_IDLE_PER_HOST: usize = 128;
 
-pub(crate) fn build_http_client(connect_timeout: Duration) -> Result<reqwest::Client, Error> {
-    reqwest::Client::builder()
+/// The most headers an answer may have. hyper's default, 100, is Python's http.client's too, but
+/// gateways and proxies add their own (tracing, cookies, security policies): an answer with
+/// about 96 of the platform's and theirs failed as "message head is too large". Above 100, hyper
+/// takes the room for this many per answer from the heap (64 bytes each); the head's size stays
+/// bounded by hyper's buffer (about 400 kB).
+pub const MAX_ANSWER_HEADERS: usize = 500;
+
+/// Whether `err` is an answer whose head was too large to read (too many headers, or too long).
+fn head_too_large(err: &reqwest::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(error) = cause {
+        if error.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse_too_large) {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
+pub(crate) fn build_http_client(connect_timeout: Duration, proxies: &Proxies) -> Result<reqwest::Client, Error> {
+    proxies
+        .apply(reqwest::Client::builder())
+        .http1_max_headers(MAX_ANSWER_HEADERS)
         .user_agent(USER_AGENT)
         .connect_timeout(connect_timeout)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
@@ -982,10 +1081,6 @@ pub async fn read_body(mut response: Response, stall: Duration) -> Result<Bytes,
 /// The most room `read_body` makes at once for a body, whatever its Content-Length says; a
 /// larger body still arrives whole, the buffer growing as it comes.
 const PREALLOCATED_BODY: u64 = 64 << 20;
-
-/// Why a key is refused: it never says what the key holds.
-const API_KEY_NOT_A_HEADER: &str =
-    "contains characters not allowed in an HTTP header (a line break or another control character); check how it was copied";
 
 /// One of `default_headers` as sent, or the error naming what is wrong with it.
 fn default_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), Error> {

@@ -25,8 +25,11 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::endpoint::Surface;
 use super::error::{seconds, truncate, ApiError, Error};
+use super::proxy::Route;
 use super::secret::ApiKey;
-use super::transport::Transport;
+use super::transport::{error_chain, Transport};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 type Stream = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -212,6 +215,15 @@ impl Socket {
         if !(endpoint.starts_with("ws://") || endpoint.starts_with("wss://")) {
             return Err(bad_endpoint("is not a ws:// or wss:// URL".into()));
         }
+        // The key goes in the upgrade request: over ws:// in clear text, which a platform reached
+        // over https:// (its record too) must not be made to do. The emulator's http:// is fine.
+        if endpoint.starts_with("ws://") && transport.config.root.scheme() == "https" {
+            return Err(bad_endpoint(
+                "is plain ws:// while base_url is https://: the API key would travel unencrypted, so the socket \
+                 was not opened (the platform's session endpoints are wss://)"
+                    .into(),
+            ));
+        }
         let mut request = endpoint.into_client_request().map_err(|e| bad_endpoint(format!("is not usable: {e}")))?;
         let key = transport.config.api_key.expose();
         let (name, value) = match credential {
@@ -223,11 +235,27 @@ impl Socket {
         let value = HeaderValue::from_str(&value)
             .map_err(|_| Error::invalid_argument("api_key", "contains characters not allowed in an HTTP header"))?;
         request.headers_mut().insert(name, value);
-        let connect = tokio_tungstenite::connect_async(request);
+        // Through the proxy HTTP calls to that host would take (loopback never has one).
+        let route = transport.proxies().route(endpoint);
+        let target = match &route {
+            Some(route) => format!("{endpoint} through {route}"),
+            None => endpoint.to_string(),
+        };
+        let connect = async {
+            let stream = match &route {
+                Some(route) => {
+                    let tunnel = through(route, request.uri()).await.map_err(|e| Error::Connection {
+                        message: format!("connecting to the session socket {target}: {}", error_chain(&*e)),
+                    })?;
+                    tokio_tungstenite::client_async_tls(request, tunnel).await
+                }
+                None => tokio_tungstenite::connect_async(request).await,
+            };
+            stream.map_err(|e| handshake_error(endpoint, &target, e, &transport.config.api_key))
+        };
         let (stream, _) = tokio::time::timeout(transport.config.timeouts.connect, connect)
             .await
-            .map_err(|_| Error::Timeout { message: format!("connecting to the session socket {endpoint}") })?
-            .map_err(|e| handshake_error(endpoint, e, &transport.config.api_key))?;
+            .map_err(|_| Error::Timeout { message: format!("connecting to the session socket {target}") })??;
         let (sink, stream) = stream.split();
         let mailbox = Arc::new(Mutex::new(Mailbox::default()));
         let reader = tokio::spawn(read_all(stream, mailbox.clone(), transport.config.api_key.clone()));
@@ -330,8 +358,57 @@ impl Drop for Socket {
     }
 }
 
-/// A refused upgrade as the error the HTTP status means (401, 404 `session_not_found`, ...).
-fn handshake_error(endpoint: &str, e: tokio_tungstenite::tungstenite::Error, key: &ApiKey) -> Error {
+/// A connection to `endpoint` through `route`'s proxy: an HTTP CONNECT tunnel or a SOCKS one, by
+/// the connectors reqwest uses for its own requests (hyper-util's). TLS, for wss://, goes inside.
+async fn through(route: &Route, endpoint: &http::Uri) -> Result<TcpStream, BoxError> {
+    use hyper_util::client::legacy::connect::proxy::{SocksV4, SocksV5, Tunnel};
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use tower::ServiceExt;
+
+    let secure = endpoint.scheme_str() == Some("wss");
+    let host = endpoint.host().ok_or("the session endpoint has no host")?;
+    let port = endpoint.port_u16().unwrap_or(if secure { 443 } else { 80 });
+    let destination: http::Uri = format!("http://{host}:{port}").parse()?;
+    let mut connector = HttpConnector::new();
+    // Its destination is the proxy, whose scheme is not http:// for SOCKS.
+    connector.enforce_http(false);
+    let proxy = route.uri.clone();
+    let connected = match proxy.scheme_str() {
+        Some(scheme @ ("socks5" | "socks5h")) => {
+            let socks = SocksV5::new(proxy.clone(), connector).local_dns(scheme == "socks5");
+            let socks = match route.socks_auth.clone() {
+                Some((user, password)) => socks.with_auth(user, password),
+                None => socks,
+            };
+            socks.oneshot(destination).await?
+        }
+        Some(scheme @ ("socks4" | "socks4a")) => {
+            SocksV4::new(proxy.clone(), connector).local_dns(scheme == "socks4").oneshot(destination).await?
+        }
+        Some("http") => {
+            let tunnel = Tunnel::new(proxy.clone(), connector);
+            let tunnel = match route.basic_auth.clone() {
+                Some(auth) => tunnel.with_auth(auth),
+                None => tunnel,
+            };
+            tunnel.oneshot(destination).await?
+        }
+        _ => {
+            return Err(format!(
+                "the session socket cannot go through an {}:// proxy; give {} an http:// or socks5:// proxy, or \
+                 add the host to NO_PROXY",
+                proxy.scheme_str().unwrap_or_default(),
+                route.variable
+            )
+            .into())
+        }
+    };
+    Ok(connected.into_inner())
+}
+
+/// A refused upgrade as the error the HTTP status means (401, 404 `session_not_found`, ...);
+/// any other failure names `target`, the endpoint and the proxy it went through.
+fn handshake_error(endpoint: &str, target: &str, e: tokio_tungstenite::tungstenite::Error, key: &ApiKey) -> Error {
     use tokio_tungstenite::tungstenite::Error as WsError;
     match e {
         WsError::Http(response) => {
@@ -339,13 +416,14 @@ fn handshake_error(endpoint: &str, e: tokio_tungstenite::tungstenite::Error, key
             let raw = key.redact_in(&body);
             Error::Api(Box::new(ApiError::from_body(response.status().as_u16(), "GET", endpoint, raw, None)))
         }
-        other => Error::Connection { message: key.redact_in(&format!("connecting to the session socket {endpoint}: {other}")) },
+        other => Error::Connection { message: key.redact_in(&format!("connecting to the session socket {target}: {other}")) },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::proxy::Proxies;
     use serde_json::json;
 
     fn waiting(mailbox: &mut Mailbox, request_type: &str) -> oneshot::Receiver<Value> {
@@ -377,6 +455,120 @@ mod tests {
         let bound = CLOSE_WAIT.min(socket.reply_timeout) + Duration::from_millis(1);
         assert!(start.elapsed() <= bound, "{:?}", start.elapsed());
         assert!(socket.reader.lock().is_none() && socket.sink.lock().await.is_none());
+    }
+
+    fn transport(base: &str, proxies: &[(&str, String)]) -> Transport {
+        let base = Some(base.to_string());
+        let config = crate::client::config::ClientConfig::resolve(Some("sk-test".into()), base, |_| None).unwrap();
+        let proxies: Vec<(String, String)> = proxies.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let proxies =
+            Proxies::from_variables(move |name| proxies.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()));
+        Transport::with_proxies(config, proxies).unwrap()
+    }
+
+    /// A WebSocket server on 127.0.0.1 that accepts every upgrade and holds the connection.
+    async fn socket_server() -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    if let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await {
+                        while let Some(Ok(_)) = ws.next().await {}
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    /// A proxy on 127.0.0.1 that takes an HTTP CONNECT (`socks: false`) or a SOCKS5 request
+    /// without authentication, and connects it to `127.0.0.1:target` whatever host it names; it
+    /// sends what it was asked (the CONNECT head, or the host and port) on the channel.
+    async fn proxy(target: u16, socks: bool) -> (u16, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    if socks {
+                        let mut greeting = [0u8; 2];
+                        client.read_exact(&mut greeting).await.unwrap();
+                        client.read_exact(&mut vec![0u8; greeting[1] as usize]).await.unwrap();
+                        client.write_all(&[5, 0]).await.unwrap();
+                        let mut head = [0u8; 5]; // version, command, reserved, address type 3, length
+                        client.read_exact(&mut head).await.unwrap();
+                        let mut host = vec![0u8; head[4] as usize];
+                        client.read_exact(&mut host).await.unwrap();
+                        let port = client.read_u16().await.unwrap();
+                        tx.send(format!("{}:{port}", String::from_utf8(host).unwrap())).unwrap();
+                        client.write_all(&[5, 0, 0, 1, 0, 0, 0, 0, 0, 0]).await.unwrap();
+                    } else {
+                        let mut head = Vec::new();
+                        while !head.ends_with(b"\r\n\r\n") {
+                            head.push(client.read_u8().await.unwrap());
+                        }
+                        tx.send(String::from_utf8(head).unwrap()).unwrap();
+                        client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.unwrap();
+                    }
+                    let mut upstream = tokio::net::TcpStream::connect(("127.0.0.1", target)).await.unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                });
+            }
+        });
+        (port, rx)
+    }
+
+    #[tokio::test]
+    async fn the_socket_goes_through_the_proxy_http_calls_to_its_host_take() {
+        let server = socket_server().await;
+        let endpoint = format!("ws://lens.invalid:{server}/v0.5/lens/sessions/lsn-1");
+
+        let (port, mut asked) = proxy(server, false).await;
+        let proxied = transport("http://platform.invalid", &[("HTTP_PROXY", format!("http://bob:hunter2@127.0.0.1:{port}"))]);
+        let socket = Socket::connect(&proxied, &endpoint, Credential::Header).await.unwrap();
+        let head = asked.recv().await.unwrap();
+        assert!(head.starts_with(&format!("CONNECT lens.invalid:{server} HTTP/1.1\r\n")), "{head}");
+        assert!(head.to_ascii_lowercase().contains("proxy-authorization: basic "), "{head}");
+        socket.close().await;
+
+        let (port, mut asked) = proxy(server, true).await;
+        let proxied = transport("http://platform.invalid", &[("ALL_PROXY", format!("socks5h://127.0.0.1:{port}"))]);
+        let socket = Socket::connect(&proxied, &endpoint, Credential::Header).await.unwrap();
+        assert_eq!(asked.recv().await.unwrap(), format!("lens.invalid:{server}"));
+        socket.close().await;
+
+        // Loopback goes direct, the variable notwithstanding.
+        let direct = format!("ws://127.0.0.1:{server}/v0.5/lens/sessions/lsn-1");
+        Socket::connect(&proxied, &direct, Credential::Header).await.unwrap().close().await;
+    }
+
+    #[tokio::test]
+    async fn a_socket_that_cannot_reach_its_proxy_names_it_without_its_credentials() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        for (variable, proxy) in [("HTTP_PROXY", "http"), ("ALL_PROXY", "socks5h")] {
+            let proxied = transport("http://platform.invalid", &[(variable, format!("{proxy}://bob:hunter2@127.0.0.1:{port}"))]);
+            let err = Socket::connect(&proxied, "ws://lens.invalid/s", Credential::Header).await.err().unwrap().to_string();
+            assert!(err.contains(&format!("through the proxy {proxy}://127.0.0.1:{port} (from {variable})")), "{err}");
+            assert!(!err.contains("hunter2"), "{err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_clear_text_endpoint_is_refused_when_the_platform_is_https() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let endpoint = format!("ws://{}/v0.5/lens/sessions/lsn-1", listener.local_addr().unwrap());
+        let err = Socket::connect(&transport("https://platform.invalid", &[]), &endpoint, Credential::Header).await;
+        let err = err.err().unwrap().to_string();
+        assert!(err.contains(&format!("session_endpoint {endpoint:?} is plain ws:// while base_url is https://")), "{err}");
+        // Refused before connecting: nothing, and no key, reached the endpoint.
+        assert_eq!(listener.accept().unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
     }
 
     #[test]

@@ -255,7 +255,10 @@ class Sessions(Resource):
         each get their own reply. On ``AsyncClient``, ``async with connect(sid) as socket`` opens
         and closes it (``await connect(sid)`` gives the open socket). The key goes in the
         ``Authorization`` header, or with ``subprotocol=True`` in ``Sec-WebSocket-Protocol``
-        (for proxies that drop the header on upgrades).
+        (for proxies that drop the header on upgrades). The socket goes through the proxy the
+        calls to its host take (``HTTP_PROXY``...; never for loopback). A ``ws://`` endpoint is
+        refused (``APIResponseValidationError``) while ``base_url`` is ``https://``: the key would
+        travel unencrypted.
 
         >>> with client.lens.sessions.connect(sid) as socket:  # doctest: +SKIP
         ...     socket.update(np.random.rand(3, 256))
