@@ -393,3 +393,17 @@ def test_a_resume_in_parts_of_another_size_sends_the_file_afresh(client_kind: st
             [b"upl_2", b"1"], [b"upl_2", b"2"]
         ], "the whole file is sent afresh"
         assert len(_completes(server)) == 1
+
+
+def test_direct_uploads_leave_no_lock_files_behind(emu: Emulator, tmp_path: Path) -> None:
+    """Each direct upload left an empty `<hash>.lock` in the cache folder for good, one per file
+    name and emulator port: a user's ~/.cache/sensorium grew by one per dated file uploaded."""
+    import os
+
+    for n in range(3):
+        path, _ = write(tmp_path, f"day-{n}.bin", PART + 1)
+        with emu.client() as client:
+            client.files.upload(path, method="direct")
+    uploads = Path(os.environ["SENSORIUM_CACHE_DIR"]) / "uploads"
+    assert uploads.is_dir(), "the uploads took no lock in the cache folder: the test tests nothing"
+    assert list(uploads.glob("*.lock")) == []

@@ -11,8 +11,11 @@
 //! resumes what the first left unfinished, or meets the platform's 409 for a file that the first
 //! stored, which is the `ConflictError` a simple upload gives too.
 //!
-//! The lock files stay behind (empty, one per name uploaded this way): removing a lock file that
-//! another process may be about to lock would let two processes hold "the" lock.
+//! A holder removes its lock file before releasing it, so none stays behind (one per name and
+//! service used to pile up in the cache folder). A process that was waiting then holds the lock
+//! of a file that no longer has the name: it finds the name gone, or given to a newer file, and
+//! starts again, so only the holder of the file the name leads to holds "the" lock. (Elsewhere
+//! than on Unix the files stay: an open file cannot be removed there.)
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -38,7 +41,41 @@ pub struct UploadClaim {
     key: Key,
     entry: Option<Arc<tokio::sync::Mutex<()>>>,
     guard: Option<tokio::sync::OwnedMutexGuard<()>>,
-    _file: Option<std::fs::File>,
+    _file: Option<LockFile>,
+}
+
+/// A held lock file, removed (on Unix) before its lock is released.
+struct LockFile {
+    /// Holds the lock; closed, after `drop` has removed the name, it releases it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl Drop for LockFile {
+    fn drop(&mut self) {
+        // Removed while still locked: a waiter that then gets the lock sees the name is gone.
+        #[cfg(unix)]
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Whether `file` is still the file at `path` (a holder before us may have removed it, and
+/// another process made a new one under the name).
+fn still_named(file: &std::fs::File, path: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (file.metadata(), std::fs::metadata(path)) {
+            (Ok(ours), Ok(named)) => ours.dev() == named.dev() && ours.ino() == named.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (file, path);
+        true
+    }
 }
 
 fn key_of(base_url: &str, file_name: &str) -> String {
@@ -71,7 +108,18 @@ impl UploadClaim {
 /// Holds an exclusive lock on `path` (created if missing), polling while another process has
 /// it. Failing to create or lock the file costs only the cross-process exclusion, which is
 /// logged; the upload goes on.
-async fn lock_file(path: &std::path::Path) -> Option<std::fs::File> {
+async fn lock_file(path: &std::path::Path) -> Option<LockFile> {
+    loop {
+        let file = lock_named(path).await?;
+        if still_named(&file, path) {
+            return Some(LockFile { file, path: path.to_path_buf() });
+        }
+        // Its holder removed it while we waited: lock whatever the name leads to now.
+    }
+}
+
+/// The lock of the file at `path` as it was opened, which may since have lost the name.
+async fn lock_named(path: &std::path::Path) -> Option<std::fs::File> {
     let open = || -> std::io::Result<std::fs::File> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
@@ -150,5 +198,30 @@ mod tests {
         assert!(attempt.is_err());
         drop(held);
         assert!(runtime.block_on(lock_file(&path)).is_some());
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn no_lock_file_stays_and_a_waiter_takes_the_name_its_holder_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.lock");
+        let first = lock_file(&path).await.unwrap();
+        // A waiter that opened the file while it was held (another process would have).
+        let waiter = tokio::spawn({
+            let path = path.clone();
+            async move { lock_file(&path).await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(!waiter.is_finished(), "the waiter went while the first held the lock");
+        drop(first);
+        let second = waiter.await.unwrap();
+        // The waiter holds the file now at the name, and a third waits for it, not for the
+        // removed file the waiter first opened.
+        assert!(still_named(&second.file, &path));
+        let third = tokio::time::timeout(Duration::from_millis(250), lock_file(&path)).await;
+        assert!(third.is_err(), "two held the lock of one name");
+        drop(second);
+        assert!(!path.exists(), "the lock file stayed behind");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }
