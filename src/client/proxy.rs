@@ -21,6 +21,19 @@ use std::sync::Arc;
 
 use hyper_util::client::proxy::matcher::Matcher;
 
+/// Every variable the rules are read from (`Proxies::from_variables` asks for no other).
+pub const VARIABLES: [&str; 9] = [
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "REQUEST_METHOD",
+];
+
 /// Always direct, added to whatever `NO_PROXY` holds.
 const LOOPBACK: &str = "127.0.0.0/8,::1,localhost";
 
@@ -222,4 +235,19 @@ mod tests {
         assert_eq!(route.socks_auth, Some(("bob".into(), "hunter2".into())));
         assert!(!format!("{proxies:?}").contains("hunter2"));
     }
+
+    #[test]
+    fn the_rules_ask_for_no_variable_but_the_listed_ones() {
+        // Pools are keyed on `VARIABLES` and read their rules from that snapshot: a variable
+        // asked for beyond it would read as unset.
+        let asked = std::sync::Mutex::new(Vec::new());
+        Proxies::from_variables(|name| {
+            asked.lock().unwrap().push(name.to_string());
+            // Not under CGI, where no proxy variable is read at all.
+            (name != "REQUEST_METHOD").then(|| "http://proxy:3128".to_string())
+        });
+        let asked = asked.into_inner().unwrap();
+        assert!(asked.len() >= 5 && asked.iter().all(|name| VARIABLES.contains(&name.as_str())), "{asked:?}");
+    }
+
 }

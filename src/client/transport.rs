@@ -195,26 +195,25 @@ impl Pool {
 /// changed gets a pool of its own, which reads them anew, rather than that of the clients made
 /// before: a notebook that sets `SSL_CERT_FILE` after a first failure is then answered by the next
 /// client it makes, not only after every earlier one is gone.
+/// The pool's proxies are read from the same snapshot that keys it, so the two always agree.
 #[derive(Clone, PartialEq, Eq)]
-struct PoolEnvironment(Vec<Option<std::ffi::OsString>>);
+struct PoolEnvironment(Vec<(&'static str, Option<std::ffi::OsString>)>);
 
 impl PoolEnvironment {
-    const VARIABLES: [&'static str; 11] = [
-        "SSL_CERT_FILE",
-        "SSL_CERT_DIR",
-        "HTTPS_PROXY",
-        "https_proxy",
-        "HTTP_PROXY",
-        "http_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-        "NO_PROXY",
-        "no_proxy",
-        "REQUEST_METHOD",
-    ];
+    /// The trust variables rustls reads, besides the proxy ones.
+    const TLS_VARIABLES: [&'static str; 2] = ["SSL_CERT_FILE", "SSL_CERT_DIR"];
 
     fn now() -> Self {
-        PoolEnvironment(Self::VARIABLES.iter().map(std::env::var_os).collect())
+        let names = Self::TLS_VARIABLES.iter().chain(super::proxy::VARIABLES.iter());
+        PoolEnvironment(names.map(|name| (*name, std::env::var_os(name))).collect())
+    }
+
+    /// The proxy rules of this snapshot.
+    fn proxies(&self) -> Proxies {
+        Proxies::from_variables(|name| {
+            let (_, value) = self.0.iter().find(|(known, _)| *known == name)?;
+            value.as_ref()?.to_str().map(str::to_string)
+        })
     }
 }
 
@@ -293,7 +292,7 @@ impl Transport {
                 // Python code, which needs the GIL, and a thread holding the GIL may be waiting
                 // for SHARED; holding it here deadlocked two threads creating clients at once.
                 // Of two pools built at once, the one registered first is used.
-                let built = Arc::new(Pool::new(connect, generation, Proxies::from_env())?);
+                let built = Arc::new(Pool::new(connect, generation, environment.proxies())?);
                 let mut slot = SHARED.lock();
                 let pools = pools(&mut slot, generation);
                 match live(pools) {
